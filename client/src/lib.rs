@@ -1,0 +1,3 @@
+//! snapctl: the command-line client of flightrecd.
+
+#![forbid(unsafe_code)]

@@ -1,0 +1,3 @@
+//! flightrec configuration: the TOML schema, its defaults and validation.
+
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! The gRPC service `flightrec.v1.FlightRecorder` over a Unix socket.

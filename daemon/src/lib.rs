@@ -1,0 +1,20 @@
+//! flightrecd: a flight recorder for Linux on per-CPU perf_event rings.
+//!
+//! The modules follow the data flow:
+//! [`perf`] (the only module that talks to the kernel, the only `unsafe`) →
+//! [`ring`] (pure walks over ring bytes) → [`tracking`] (tracking drain,
+//! tracking log, process table) → [`snapshot`] (capture, perf.data writer,
+//! compression, output file) → [`store`] (naming, listing, retention) →
+//! [`api`] (gRPC) and [`triggers`] (signals, coalescing, rate limit).
+//! [`abi`] holds the kernel's perf ABI as plain data, shared by all of them.
+
+#![deny(unsafe_code)]
+
+pub mod abi;
+pub mod api;
+pub mod perf;
+pub mod ring;
+pub mod snapshot;
+pub mod store;
+pub mod tracking;
+pub mod triggers;

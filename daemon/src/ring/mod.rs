@@ -1,0 +1,1 @@
+//! Pure walks over ring-buffer bytes: no syscalls, no `unsafe`.

@@ -1,0 +1,1 @@
+//! The snapshot store: naming, listing and retention.

@@ -1,0 +1,1 @@
+//! Triggers: signals and API calls into one dump path, coalescing, rate limit.

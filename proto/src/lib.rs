@@ -1,0 +1,16 @@
+//! The gRPC API of flightrecd: service `flightrec.v1.FlightRecorder`.
+//!
+//! Generated at build time from `proto/flightrec.proto` (see `build.rs`; no
+//! `protoc` needed). The daemon serves it over a Unix socket and `snapctl`
+//! is its client.
+
+#![forbid(unsafe_code)]
+
+/// Messages and the client/server stubs of `flightrec.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("flightrec.v1");
+}
+
+pub use v1::flight_recorder_client::FlightRecorderClient;
+pub use v1::flight_recorder_server::{FlightRecorder, FlightRecorderServer};
