@@ -5,6 +5,7 @@
 //! value, so writing a perf.data file needs no I/O besides the output itself.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -169,8 +170,25 @@ fn tracefs_root() -> Result<&'static Path, HostInfoError> {
         })
 }
 
+/// Reads a tracefs file with large reads: some tracefs files (6.x
+/// `events/header_page`) answer a short first read and then report EOF,
+/// which `fs::read`'s small probing read would hit.
+fn read_tracefs(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn read_nonempty(path: PathBuf) -> Result<Vec<u8>, HostInfoError> {
-    match fs::read(&path) {
+    match read_tracefs(&path) {
         Ok(b) if b.is_empty() => Err(HostInfoError::Empty { path }),
         Ok(b) => Ok(b),
         Err(source) => Err(HostInfoError::Read { path, source }),
@@ -190,7 +208,7 @@ fn gather_tracing(tracepoints: &[(String, String)]) -> Result<TracingSource, Hos
         });
     }
     // printk_formats may be missing (old kernels, lockdown): perf copes.
-    let printk_formats = fs::read(root.join("printk_formats")).unwrap_or_default();
+    let printk_formats = read_tracefs(&root.join("printk_formats")).unwrap_or_default();
     Ok(TracingSource {
         header_page: read_nonempty(root.join("events/header_page"))?,
         header_event: read_nonempty(root.join("events/header_event"))?,
