@@ -24,11 +24,11 @@ use flightrecd::snapshot::perfdata::{WriteOptions, write_perf_data};
 use flightrecd::snapshot::testing::capture_from_perf_data;
 
 const RING_PAGES: &str = "1024";
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 const LEVELS: [i32; 3] = [1, 3, 9];
 
 fn workload() -> [&'static str; 6] {
-    ["perf", "bench", "sched", "messaging", "-l", "300"]
+    ["perf", "bench", "sched", "messaging", "-l", "1000"]
 }
 
 fn perf_record(out: &Path, compression: Option<i32>) -> String {
