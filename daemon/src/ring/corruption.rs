@@ -35,8 +35,8 @@ pub enum CorruptionReason {
     ZeroTrailer,
     #[error("trailing size {trailer} disagrees with the header's size {header}")]
     TrailerMismatch { trailer: u64, header: u64 },
-    #[error("positions are inconsistent: head {head}, tail {tail}, capacity {capacity}")]
-    Positions { head: u64, tail: u64, capacity: u64 },
+    #[error("{used} bytes ending at {end} do not fit a {capacity}-byte ring")]
+    Positions { end: u64, used: u64, capacity: u64 },
 }
 
 /// The checks perf skips and flightrec makes on every header it reads: a
@@ -48,7 +48,7 @@ pub(crate) fn check_header(header: &RecordHeader, limit: u64) -> Result<(), Corr
     if size < HEADER_SIZE as u64 {
         return Err(CorruptionReason::SizeTooSmall { size });
     }
-    if size % 8 != 0 {
+    if !size.is_multiple_of(8) {
         return Err(CorruptionReason::SizeUnaligned { size });
     }
     if size > limit {

@@ -15,6 +15,7 @@
 pub mod backward;
 mod corruption;
 mod linear;
+pub mod size_at_end;
 mod wrap;
 
 pub use corruption::{Corruption, CorruptionReason};

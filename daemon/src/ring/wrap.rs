@@ -18,13 +18,30 @@ pub(crate) fn append(buf: &[u8], start: usize, len: usize, out: &mut Vec<u8>) {
     out.extend_from_slice(&buf[..len - first]);
 }
 
+/// Writes `bytes` into `buf` at `start`, wrapping like [`read`]. Same
+/// preconditions.
+pub(crate) fn write(buf: &mut [u8], start: usize, bytes: &[u8]) {
+    let first = bytes.len().min(buf.len() - start);
+    buf[start..start + first].copy_from_slice(&bytes[..first]);
+    buf[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+}
+
+/// The `u64` (little-endian) at `start`, wrapping. `buf.len() >= 8`.
+pub(crate) fn read_u64(buf: &[u8], start: usize) -> u64 {
+    let mut b = [0u8; 8];
+    read(buf, start, &mut b);
+    u64::from_le_bytes(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn read_and_write_split_across_the_end() {
-        let buf = [3, 4, 0, 0, 0, 0, 1, 2];
+        let mut buf = [0u8; 8];
+        write(&mut buf, 6, &[1, 2, 3, 4]);
+        assert_eq!(buf, [3, 4, 0, 0, 0, 0, 1, 2]);
         let mut out = [0u8; 4];
         read(&buf, 6, &mut out);
         assert_eq!(out, [1, 2, 3, 4]);
