@@ -14,6 +14,7 @@
 
 pub mod cpus;
 pub mod event;
+pub mod layout;
 mod mapping;
 pub mod sample_ring;
 mod sys;

@@ -5,6 +5,8 @@
 //! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
 
+pub mod drain;
+pub mod log;
 pub mod process_table;
 pub mod procfs;
 pub mod record;
