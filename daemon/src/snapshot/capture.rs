@@ -444,6 +444,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn recorder_is_shareable_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Recorder>();
+    }
+
+    #[test]
     fn kallsyms_text_is_found_and_zero_means_hidden() {
         let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
         assert_eq!(parse_kallsyms_text(k), Some(0xffff_ffff_8100_0000));
