@@ -443,6 +443,43 @@ fn summarize(records: &mut Vec<u8>, layouts: &RecordLayouts) -> Summary {
 mod tests {
     use super::*;
 
+    fn sample(id: u64, time: u64) -> Vec<u8> {
+        let mut r = crate::abi::RecordHeader {
+            type_: crate::abi::record_type::SAMPLE,
+            misc: 0,
+            size: 40,
+        }
+        .to_bytes()
+        .to_vec();
+        // identifier, tid, time, cpu
+        for w in [id, 1, time, 0] {
+            r.extend_from_slice(&w.to_le_bytes());
+        }
+        r
+    }
+
+    #[test]
+    fn summary_spans_the_records_and_cuts_at_corruption() {
+        use crate::abi::sample;
+        let mut layouts = RecordLayouts::default();
+        layouts.insert(
+            5,
+            sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU,
+        );
+        let mut records = [sample(5, 300), sample(5, 200), sample(9, 7), sample(5, 100)].concat();
+        let whole = records.len();
+        let s = summarize(&mut records, &layouts);
+        assert_eq!((s.count, s.oldest, s.newest), (4, Some(100), Some(300)));
+        assert!(s.corruption.is_none());
+        assert_eq!(records.len(), whole);
+
+        let mut bad = [sample(5, 300), vec![0xff; 16], sample(5, 100)].concat();
+        let s = summarize(&mut bad, &layouts);
+        assert_eq!((s.count, s.oldest, s.newest), (1, Some(300), Some(300)));
+        assert!(s.corruption.is_some());
+        assert_eq!(bad.len(), 40, "records cut before the bad header");
+    }
+
     #[test]
     fn recorder_is_shareable_across_threads() {
         fn send_sync<T: Send + Sync>() {}
