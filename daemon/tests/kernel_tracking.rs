@@ -155,6 +155,7 @@ fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
     // No explicit drain: only the drain thread moves records into the log.
     std::thread::sleep(std::time::Duration::from_millis(600));
     let status = recorder.status();
+    assert_eq!(status.tracking_drain_failure, None);
     // fork + comm + several mmap2 + exit per process, ~100 bytes each:
     // well over the 32 KiB the two rings hold together.
     assert!(

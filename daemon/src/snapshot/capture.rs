@@ -99,6 +99,8 @@ pub struct RecorderStatus {
     pub tracking_log: TrackingLogStatus,
     pub processes: ProcessCounts,
     pub captures: u64,
+    /// Set when the drain thread stopped by itself (captures still drain).
+    pub tracking_drain_failure: Option<String>,
 }
 
 struct CpuRing {
@@ -342,6 +344,7 @@ impl Recorder {
             tracking_log: tracking.log().status(),
             processes: tracking.log().process_counts(),
             captures: self.captures.load(Ordering::Relaxed),
+            tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
     }
 }
@@ -352,6 +355,9 @@ impl Drop for Recorder {
         self.drain.take();
     }
 }
+
+/// Shortest time between pausing a ring and re-reading its `data_head`.
+pub const WRITER_GRACE: std::time::Duration = std::time::Duration::from_micros(5);
 
 fn capture_cpu(
     cpu: &CpuRing,
@@ -364,9 +370,16 @@ fn capture_cpu(
 
     let started = Instant::now();
     ring.pause()?;
+    let paused_at = Instant::now();
     let head = ring.data_head();
     ring.copy_used(head, &mut scratch);
     hook(ring.cpu());
+    // A writer already past the pause check finishes within microseconds
+    // (output runs with preemption off); a tiny ring's copy can be quicker,
+    // so give it that long before asking how far it moved data_head.
+    while paused_at.elapsed() < WRITER_GRACE {
+        std::hint::spin_loop();
+    }
     let head_after = ring.data_head();
     let resumed = ring.resume();
     let pause = started.elapsed();
