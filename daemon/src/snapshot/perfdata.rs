@@ -652,6 +652,36 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever bytes a ring hands over, encoding never panics, keeps
+        /// whole records only, and the file's sections add up.
+        #[test]
+        fn arbitrary_ring_bytes_never_panic(
+            ring in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
+            tracking in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            level in proptest::option::of(1i32..4),
+        ) {
+            let mut capture = synthetic_capture(&SyntheticSpec {
+                samples_per_cpu: 2,
+                ..Default::default()
+            });
+            capture.cpus[1].records = ring;
+            capture.tracking_records = tracking;
+            let host = synthetic_host(SCHED_SWITCH_FORMAT);
+            let opts = WriteOptions { compression: level, ..Default::default() };
+            let data = write_perf_data(&capture, &host, &opts).unwrap();
+            let bytes = data.to_vec();
+            proptest::prop_assert_eq!(bytes.len() as u64, data.len());
+            let parsed = crate::snapshot::reader::parse(&bytes).unwrap();
+            proptest::prop_assert_eq!(
+                crate::snapshot::compress::intact_len(parsed.data),
+                parsed.data.len()
+            );
+        }
+    }
+
     #[test]
     fn torn_ring_tail_is_cut_off() {
         let mut capture = synthetic_capture(&SyntheticSpec::default());

@@ -170,7 +170,52 @@ pub fn recompress(bytes: &[u8], level: i32) -> Result<PerfData<'_>, ReadError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::snapshot::perfdata::{WriteOptions, write_perf_data};
+    use crate::snapshot::testing::{
+        SCHED_SWITCH_FORMAT, SyntheticSpec, synthetic_capture, synthetic_host,
+    };
+
+    fn small_file() -> Vec<u8> {
+        let capture = synthetic_capture(&SyntheticSpec {
+            samples_per_cpu: 3,
+            ..Default::default()
+        });
+        write_perf_data(
+            &capture,
+            &synthetic_host(SCHED_SWITCH_FORMAT),
+            &WriteOptions::default(),
+        )
+        .unwrap()
+        .to_vec()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Corrupting any bytes of a written file never panics the reader
+        /// or the recompression; whatever recompresses stays parseable.
+        #[test]
+        fn damaged_files_are_errors_not_panics(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+        ) {
+            let mut bytes = small_file();
+            let len = bytes.len();
+            for (at, v) in edits {
+                bytes[at % len] = v;
+            }
+            bytes.truncate(cut % (len + 1));
+            let _ = parse(&bytes);
+            if let Ok(data) = recompress(&bytes, 1) {
+                let out = data.to_vec();
+                prop_assert_eq!(out.len() as u64, data.len());
+                prop_assert!(parse(&out).is_ok());
+            }
+        }
+    }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
