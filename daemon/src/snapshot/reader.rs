@@ -151,7 +151,7 @@ const MAX_METADATA: u64 = 64 << 20;
 const STREAM_BYTES: u64 = 32 << 20;
 
 /// [`recompress`] reading `file` piece by piece: memory stays at about
-/// [`STREAM_BYTES`] plus the compressed output, whatever the file's size.
+/// 32 MiB plus the compressed output, whatever the file's size.
 pub fn recompress_file(file: &std::fs::File, level: i32) -> Result<PerfData<'static>, ReadError> {
     use std::os::unix::fs::FileExt;
 
