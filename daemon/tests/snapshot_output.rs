@@ -1,7 +1,7 @@
-//! The output file on a real (tiny) file system: a full disk is an error
-//! that names the file, leaves no temporary file and never touches a
-//! snapshot already there. Needs root to mount tmpfs; under CI=true lacking
-//! it is a failure.
+//! Snapshot files on real file systems: a full (tiny tmpfs) disk is an
+//! error that names the file, leaves no temporary file and never touches a
+//! snapshot already there (needs root to mount; under CI=true lacking it is
+//! a failure); compressing in place replaces the file atomically.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -97,7 +97,7 @@ fn full_disk_fails_cleanly_and_keeps_earlier_snapshots() {
     assert!(err.is_disk_full(), "{err}");
     let msg = err.to_string();
     assert!(msg.contains("disk full"), "{msg}");
-    assert!(msg.contains("second.perf.data"), "{msg}");
+    assert!(msg.contains("/second.perf.data:"), "{msg}");
 
     let left = names(fs.path());
     assert_eq!(left, ["first.perf.data"], "temporary file left behind");

@@ -97,6 +97,18 @@ impl SnapshotError {
         }
     }
 
+    /// The same error about `path` (the final name instead of the
+    /// temporary one).
+    fn about(self, path: &Path) -> Self {
+        let path = path.to_path_buf();
+        match self {
+            Self::Create { source, .. } => Self::Create { path, source },
+            Self::Write { source, .. } => Self::Write { path, source },
+            Self::Sync { source, .. } => Self::Sync { path, source },
+            other => other,
+        }
+    }
+
     /// The file (or directory) the error is about.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -333,10 +345,13 @@ fn put_file(
 ) -> Result<u64, SnapshotError> {
     let temp = dir.join(temp_file_name(name));
     let path = dir.join(name);
-    let result = write_temp(data, &temp).and_then(|len| {
-        rename(&temp, &path, replace)?;
-        Ok(len)
-    });
+    // Errors name the snapshot, not the temporary file (removed below).
+    let result = write_temp(data, &temp)
+        .map_err(|e| e.about(&path))
+        .and_then(|len| {
+            rename(&temp, &path, replace)?;
+            Ok(len)
+        });
     match result {
         Ok(len) => {
             sync_dir(dir)?;
