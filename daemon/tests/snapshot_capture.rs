@@ -225,6 +225,19 @@ fn captured_snapshots_read_in_perf_with_comms_symbols_and_losses() {
         "{report}"
     );
 
+    // Tracepoint samples carry their IP, so perf report puts them on kernel
+    // symbols instead of one `[unknown] 0000000000000000` line.
+    let by_symbol = perf(&["report", "--stdio", "--sort", "sym"], &plain.path);
+    let switch_section = by_symbol
+        .split("# Samples:")
+        .find(|section| section.contains("of event 'sched:sched_switch'"))
+        .unwrap_or_else(|| panic!("no sched_switch section in:\n{by_symbol}"));
+    // sched_switch fires from inside __schedule.
+    assert!(
+        switch_section.contains("[k] __schedule"),
+        "sched_switch samples not on __schedule:\n{switch_section}"
+    );
+
     // Compressed files print byte for byte the same.
     let largest = largest_payload(&packed.path);
     eprintln!(

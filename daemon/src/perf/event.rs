@@ -303,7 +303,9 @@ impl EventSpec {
         };
         let mut sample_type = sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU;
         if is_tracepoint {
-            sample_type |= sample::RAW;
+            // IP as perf record sets it: without it perf report files every
+            // tracepoint sample under `[unknown] 0000000000000000`.
+            sample_type |= sample::IP | sample::RAW;
         } else {
             // A sampled address, and the period so frequency-mode samples
             // weigh right in perf report.
@@ -445,7 +447,7 @@ mod tests {
     }
 
     #[test]
-    fn tracepoint_gets_its_id_period_one_and_raw() {
+    fn tracepoint_gets_its_id_period_one_ip_and_raw() {
         let sys = FakeSystem::new(false, "100000\n");
         let ev = sys.resolve(&EventSpec::new("sched:sched_switch")).unwrap();
         assert_eq!(ev.attr.type_, event_type::TRACEPOINT);
@@ -456,7 +458,12 @@ mod tests {
         assert!(ev.attr.has_flag(attr_flag::SAMPLE_ID_ALL));
         assert_eq!(
             ev.attr.sample_type,
-            sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU | sample::RAW
+            sample::IDENTIFIER
+                | sample::IP
+                | sample::TID
+                | sample::TIME
+                | sample::CPU
+                | sample::RAW
         );
         assert_eq!(ev.attr.read_format, read_format::ID | read_format::LOST);
         assert_eq!(

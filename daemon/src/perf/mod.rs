@@ -7,6 +7,7 @@
 //!   pause/resume and copy-out.
 //! - [`tracking_ring`]: per-CPU forward rings of the tracking `dummy` event,
 //!   drained by advancing `data_tail`.
+//! - [`file_map`]: writable mappings of the snapshot output file.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
 //! See perf_event_open(2) and include/uapi/linux/perf_event.h.
@@ -14,6 +15,7 @@
 
 pub mod cpus;
 pub mod event;
+pub mod file_map;
 pub mod layout;
 mod mapping;
 pub mod sample_ring;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapMut;
 use thiserror::Error;
 
 use super::Capture;
@@ -495,7 +495,7 @@ impl MappedOutput {
         nix::fcntl::posix_fallocate(&self.file, to_off(start)?, to_off(size)?)
             .map_err(io::Error::from)?;
         let len = usize::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let map = map_chunk(&self.file, start, len)?;
+        let map = crate::perf::file_map::map_reserved_chunk(&self.file, start, len)?;
         self.map_start = start;
         self.map = Some(map);
         Ok(())
@@ -507,15 +507,6 @@ impl MappedOutput {
         self.file.set_len(self.len)?;
         Ok((self.file, self.len))
     }
-}
-
-#[allow(unsafe_code)]
-fn map_chunk(file: &File, offset: u64, len: usize) -> io::Result<MmapMut> {
-    // SAFETY: `file` is a temporary file this process just created with
-    // O_EXCL under a name no other writer uses; nothing else truncates or
-    // writes it while the map lives, and the mapped range was reserved with
-    // posix_fallocate, so touching its pages cannot fault on a full disk.
-    unsafe { MmapOptions::new().offset(offset).len(len).map_mut(file) }
 }
 
 fn page_size() -> u32 {
