@@ -1,0 +1,803 @@
+//! The daemon: start-up, the dump path, reload, loss watching, shutdown.
+//!
+//! `main.rs` parses the command line and calls [`run`]. Everything the API
+//! handlers need lives in [`State`]; the parts a reload may replace (config,
+//! store, recorder) sit together in one [`Current`] swapped atomically.
+
+pub mod engine;
+pub mod recorder;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use flightrec_config::{Compression, Config, ConfigError, LoadedConfig};
+use flightrec_proto::v1 as pb;
+use nix::unistd::{Gid, Group};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::api;
+use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
+use crate::triggers::{self, DumpRequest, DumpSpec, Outcome, Timing, Trigger, TriggerKind};
+use engine::{DumpOutput, Engine, EngineError, EngineStatus};
+
+/// How long connections get to finish after SIGTERM before they are cut.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Why the daemon could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Socket(#[from] api::SocketError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot install the handler for {signal}: {source}")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+impl DaemonError {
+    /// 2 for a config problem (as `--check-config`), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            DaemonError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Where the config comes from.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub path: PathBuf,
+    /// Given with `--config`: a missing file is an error. Otherwise the
+    /// default path, and a missing file means built-in defaults.
+    pub explicit: bool,
+}
+
+impl ConfigSource {
+    /// Reads the config, falling back to built-in defaults when the default
+    /// file is absent; `Ok(None)` path in the result means defaults.
+    pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
+        if !self.explicit && !self.path.exists() {
+            return Ok(LoadedConfig::defaults());
+        }
+        LoadedConfig::load(&self.path)
+    }
+}
+
+/// The socket group resolved against the system's groups. The default
+/// group may be absent (None: the socket keeps the daemon's group); a group
+/// named in the file must exist.
+pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, ConfigError> {
+    let Some(group) = &loaded.config.daemon.socket_group else {
+        return Ok(None);
+    };
+    let name = group.get_ref();
+    match Group::from_name(name) {
+        Ok(Some(g)) => Ok(Some((name.clone(), g.gid))),
+        Ok(None) if group.span().is_empty() => {
+            tracing::warn!(
+                group = %name,
+                "the default socket group does not exist; the socket is accessible to root only \
+                 (create the group or set daemon.socket_group)"
+            );
+            Ok(None)
+        }
+        Ok(None) => Err(loaded.error_at(
+            group.span(),
+            format!(
+                "daemon.socket_group: group {name:?} does not exist \
+                 (create it with `groupadd {name}` or name another group)"
+            ),
+        )),
+        Err(e) => Err(loaded.error_at(
+            group.span(),
+            format!("daemon.socket_group: cannot look up group {name:?}: {e}"),
+        )),
+    }
+}
+
+/// Everything `--check-config` verifies: syntax, values, the group, and the
+/// events against the running kernel.
+pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    resolve_group(loaded)?;
+    recorder::check_events(&loaded.config).map_err(|e| engine_error_in_config(loaded, e))
+}
+
+/// An engine start error that names an event becomes a config error
+/// pointing at that event.
+fn engine_error_in_config(loaded: &LoadedConfig, e: EngineError) -> ConfigError {
+    let span = match &e {
+        EngineError::Start { event: Some(i), .. } => loaded
+            .config
+            .events
+            .get(*i)
+            .map(|ev| ev.get_ref().name.span()),
+        _ => None,
+    };
+    let message = match &e {
+        EngineError::Start { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    loaded.error_at(span.unwrap_or(0..0), message)
+}
+
+fn start_engine(loaded: &LoadedConfig) -> Result<Arc<dyn Engine>, DaemonError> {
+    match recorder::start(&loaded.config) {
+        Ok(e) => Ok(Arc::from(e)),
+        Err(e @ EngineError::Start { event: Some(_), .. }) => {
+            Err(DaemonError::Config(engine_error_in_config(loaded, e)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What a reload may replace, swapped as one.
+pub struct Current {
+    pub config: LoadedConfig,
+    pub store: Arc<Store>,
+    pub engine: Arc<dyn Engine>,
+    pub group: Option<(String, Gid)>,
+}
+
+/// Figures of one dump, for `Status` and the `Dump` reply.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DumpTimings {
+    pub wait: Duration,
+    pub capture: Duration,
+    pub write: Duration,
+    pub total: Duration,
+    pub max_pause: Duration,
+}
+
+/// A dump that produced a snapshot.
+#[derive(Debug, Clone)]
+pub struct DumpDone {
+    pub snapshot: SnapshotInfo,
+    pub output: DumpOutput,
+    pub timings: DumpTimings,
+}
+
+/// A dump that did not.
+#[derive(Debug, Clone)]
+pub enum DumpFailure {
+    DiskFull(String),
+    InvalidLabel(String),
+    Failed(String),
+    ShuttingDown,
+}
+
+pub type DumpResult = Result<Arc<DumpDone>, DumpFailure>;
+
+/// Shared by the API handlers, the signal handlers and the dump task.
+pub struct State {
+    pub source: ConfigSource,
+    current: RwLock<Arc<Current>>,
+    dump_tx: mpsc::UnboundedSender<DumpRequest<DumpResult>>,
+    timing_tx: watch::Sender<Timing>,
+    pub events: broadcast::Sender<pb::WatchEvent>,
+    pub started: Instant,
+    pub socket_path: PathBuf,
+    last_dump: Mutex<Option<DumpTimings>>,
+    dumps: AtomicU64,
+    shutting_down: AtomicBool,
+    shutdown_tx: watch::Sender<bool>,
+    reload_lock: tokio::sync::Mutex<()>,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+fn timing_of(config: &Config) -> Timing {
+    Timing {
+        min_interval: config.snapshot.min_interval.get(),
+        post_trigger_delay: config.snapshot.post_trigger_delay.get_ref().get(),
+    }
+}
+
+fn retention_of(config: &Config) -> RetentionPolicy {
+    let r = &config.retention;
+    RetentionPolicy::from_limits(r.max_snapshots, r.max_bytes.bytes(), r.max_age.get())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+pub fn now_event(kind: pb::watch_event::Kind) -> pb::WatchEvent {
+    pb::WatchEvent {
+        unix_ns: unix_ns(SystemTime::now()),
+        kind: Some(kind),
+    }
+}
+
+pub fn snapshot_pb(s: &SnapshotInfo) -> pb::Snapshot {
+    pb::Snapshot {
+        id: s.id.clone(),
+        path: s.path.display().to_string(),
+        bytes: s.bytes,
+        compressed: s.compressed,
+        label: s.label.clone().unwrap_or_default(),
+        trigger: s.trigger.clone(),
+        created_unix_ns: s.created_unix_ns,
+        seq: s.seq,
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+pub fn timings_pb(t: &DumpTimings) -> pb::DumpTimings {
+    pb::DumpTimings {
+        wait_ns: nanos(t.wait),
+        capture_ns: nanos(t.capture),
+        write_ns: nanos(t.write),
+        total_ns: nanos(t.total),
+        max_pause_ns: nanos(t.max_pause),
+    }
+}
+
+impl State {
+    pub fn current(&self) -> Arc<Current> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown_tx.subscribe()
+    }
+
+    pub fn last_dump(&self) -> Option<DumpTimings> {
+        *self.last_dump.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn dumps(&self) -> u64 {
+        self.dumps.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self, kind: pb::watch_event::Kind) {
+        // No subscriber is not an error.
+        let _ = self.events.send(now_event(kind));
+    }
+
+    /// Queues a dump; the receiver gets its result (API callers wait on it).
+    pub fn request_dump(
+        &self,
+        kind: TriggerKind,
+        label: Option<String>,
+        compress: bool,
+    ) -> oneshot::Receiver<Outcome<DumpResult>> {
+        let (tx, rx) = oneshot::channel();
+        let t = Trigger {
+            kind,
+            label,
+            compress,
+            waiter: Some(tx),
+        };
+        if let Err(mpsc::error::SendError(t)) = self.dump_tx.send(t)
+            && let Some(w) = t.waiter
+        {
+            let _ = w.send(Outcome::ShuttingDown);
+        }
+        rx
+    }
+
+    /// Applies retention now; `protect` is a snapshot just written.
+    pub fn apply_retention(
+        &self,
+        policy: &RetentionPolicy,
+        protect: Option<&str>,
+    ) -> Result<(Vec<SnapshotInfo>, Vec<SnapshotInfo>), StoreError> {
+        let cur = self.current();
+        let (removed, kept) = cur
+            .store
+            .apply_retention(policy, protect, SystemTime::now())?;
+        for s in &removed {
+            tracing::info!(id = %s.id, bytes = s.bytes, "snapshot removed by retention");
+            self.publish(pb::watch_event::Kind::SnapshotRemoved(
+                pb::SnapshotRemoved {
+                    snapshot: Some(snapshot_pb(s)),
+                    reason: "retention".into(),
+                },
+            ));
+        }
+        if let (Some(id), Some(limit)) = (protect, policy.max_bytes)
+            && let Some(s) = kept.iter().find(|s| s.id == id)
+            && s.bytes > limit
+        {
+            tracing::warn!(
+                id = %s.id,
+                bytes = s.bytes,
+                max_bytes = limit,
+                "the new snapshot alone exceeds retention.max_bytes; it is kept until the next \
+                 dump or rotate"
+            );
+        }
+        Ok((removed, kept))
+    }
+
+    /// One dump, run by the dump task.
+    async fn execute_dump(self: Arc<Self>, spec: DumpSpec) -> DumpResult {
+        let started = Instant::now();
+        let cur = self.current();
+        let snap = &cur.config.config.snapshot;
+        let compression = (spec.compress || snap.compression == Compression::Zstd)
+            .then_some(*snap.level.get_ref());
+        let reservation = cur
+            .store
+            .reserve(spec.label.as_deref(), &spec.trigger, SystemTime::now())
+            .map_err(|e| match e {
+                StoreError::InvalidLabel { .. } => DumpFailure::InvalidLabel(e.to_string()),
+                e if e.is_disk_full() => DumpFailure::DiskFull(format!(
+                    "no space left in {} ({e})",
+                    cur.store.dir().display()
+                )),
+                e => DumpFailure::Failed(e.to_string()),
+            });
+        let result = match reservation {
+            Err(f) => Err(f),
+            Ok(r) => {
+                let engine = cur.engine.clone();
+                let dir = cur.store.dir().to_path_buf();
+                let file = r.file_name();
+                let written =
+                    tokio::task::spawn_blocking(move || engine.dump(&dir, &file, compression))
+                        .await;
+                match written {
+                    Ok(Ok(output)) => match cur.store.get(&r.id()) {
+                        Ok(snapshot) => Ok((snapshot, output)),
+                        Err(e) => Err(DumpFailure::Failed(e.to_string())),
+                    },
+                    Ok(Err(e)) => {
+                        cur.store.abandon(&r);
+                        Err(if e.is_disk_full() {
+                            DumpFailure::DiskFull(format!(
+                                "disk full in {}: {e}; older snapshots are kept, free some \
+                                 space (snapctl rotate) and dump again",
+                                cur.store.dir().display()
+                            ))
+                        } else {
+                            DumpFailure::Failed(e.to_string())
+                        })
+                    }
+                    Err(join) => {
+                        cur.store.abandon(&r);
+                        Err(DumpFailure::Failed(format!(
+                            "the dump thread failed: {join}"
+                        )))
+                    }
+                }
+            }
+        };
+        match result {
+            Ok((snapshot, output)) => {
+                let timings = DumpTimings {
+                    wait: spec.waited,
+                    capture: output.capture,
+                    write: output.write,
+                    total: spec.waited + started.elapsed(),
+                    max_pause: output
+                        .cpus
+                        .iter()
+                        .map(|c| c.pause)
+                        .max()
+                        .unwrap_or_default(),
+                };
+                tracing::info!(
+                    id = %snapshot.id,
+                    bytes = snapshot.bytes,
+                    trigger = %spec.trigger,
+                    triggers = spec.triggers,
+                    records = output.cpus.iter().map(|c| c.records).sum::<u64>(),
+                    ms = timings.total.as_millis() as u64,
+                    "snapshot written"
+                );
+                *self.last_dump.lock().unwrap_or_else(|p| p.into_inner()) = Some(timings);
+                self.dumps.fetch_add(1, Ordering::Relaxed);
+                self.publish(pb::watch_event::Kind::SnapshotCreated(
+                    pb::SnapshotCreated {
+                        snapshot: Some(snapshot_pb(&snapshot)),
+                    },
+                ));
+                let policy = retention_of(&cur.config.config);
+                if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
+                    tracing::error!("retention after the dump failed: {e}");
+                }
+                Ok(Arc::new(DumpDone {
+                    snapshot,
+                    output,
+                    timings,
+                }))
+            }
+            Err(f) => {
+                let msg = match &f {
+                    DumpFailure::DiskFull(m)
+                    | DumpFailure::InvalidLabel(m)
+                    | DumpFailure::Failed(m) => m.clone(),
+                    DumpFailure::ShuttingDown => "shutting down".into(),
+                };
+                tracing::error!(trigger = %spec.trigger, "dump failed: {msg}");
+                self.publish(pb::watch_event::Kind::DumpFailed(pb::DumpFailed {
+                    error: msg,
+                }));
+                Err(f)
+            }
+        }
+    }
+
+    /// Re-reads the config (SIGHUP and `Reload`). A bad config is rejected
+    /// and the running one kept. Returns (changed, summary).
+    pub async fn reload(self: &Arc<Self>) -> Result<(bool, String), String> {
+        let _guard = self.reload_lock.lock().await;
+        let result = self.reload_locked().await;
+        match &result {
+            Ok((_, summary)) => tracing::info!("config reloaded: {summary}"),
+            Err(e) => tracing::error!("config reload rejected, keeping the running config: {e}"),
+        }
+        result
+    }
+
+    async fn reload_locked(self: &Arc<Self>) -> Result<(bool, String), String> {
+        let source = self.source.clone();
+        let loaded = tokio::task::spawn_blocking(move || source.load())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let group = resolve_group(&loaded).map_err(|e| e.to_string())?;
+        let old = self.current();
+        let (o, n) = (&old.config.config, &loaded.config);
+        let mut changes = Vec::new();
+        if o.daemon.socket != n.daemon.socket {
+            tracing::warn!(
+                "daemon.socket changed to {}; it takes effect at the next restart",
+                n.daemon.socket.display()
+            );
+            changes.push("socket (at next restart)".to_string());
+        }
+        if group.as_ref().map(|g| g.1) != old.group.as_ref().map(|g| g.1) {
+            api::set_socket_group(&self.socket_path, group.as_ref().map(|g| g.1))
+                .map_err(|e| e.to_string())?;
+            changes.push("socket_group".into());
+        }
+        let store = if o.daemon.output_dir != n.daemon.output_dir {
+            let (store, removed) =
+                Store::open(&n.daemon.output_dir, &host_name()).map_err(|e| e.to_string())?;
+            log_removed_temps(&removed);
+            changes.push("output_dir".into());
+            Arc::new(store)
+        } else {
+            old.store.clone()
+        };
+        let engine = if o.buffers != n.buffers || o.events != n.events {
+            let l2 = loaded.clone();
+            let engine = tokio::task::spawn_blocking(move || start_engine(&l2))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            changes.push("rings and events (recorder re-opened)".into());
+            engine
+        } else {
+            old.engine.clone()
+        };
+        if o.daemon.log_level != n.daemon.log_level {
+            (self.set_log_level)(n.daemon.log_level.get_ref());
+            changes.push("log_level".into());
+        }
+        if o.snapshot != n.snapshot {
+            self.timing_tx.send_replace(timing_of(n));
+            changes.push("snapshot".into());
+        }
+        let retention_changed = o.retention != n.retention;
+        if retention_changed {
+            changes.push("retention".into());
+        }
+        let changed = !changes.is_empty();
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Current {
+            config: loaded,
+            store,
+            engine,
+            group,
+        });
+        if retention_changed {
+            let policy = retention_of(&self.current().config.config);
+            self.apply_retention(&policy, None)
+                .map_err(|e| e.to_string())?;
+        }
+        let summary = if changed {
+            format!("changed: {}", changes.join(", "))
+        } else {
+            "no change".into()
+        };
+        Ok((changed, summary))
+    }
+}
+
+fn log_removed_temps(removed: &[PathBuf]) {
+    for p in removed {
+        tracing::info!(path = %p.display(), "removed a temporary file left by an earlier crash");
+    }
+}
+
+/// Sets up logging to stderr: no colours unless stderr is a terminal, no
+/// time stamps under systemd (journald adds its own). `RUST_LOG` overrides
+/// the configured level. Returns a function that changes the level.
+pub fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
+    let from_env = std::env::var_os("RUST_LOG").is_some();
+    let filter = if from_env {
+        EnvFilter::from_default_env()
+    } else {
+        EnvFilter::new(level)
+    };
+    let (filter, handle) = reload::Layer::new(filter);
+    let ansi = std::io::stderr().is_terminal();
+    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let timed = (!journal).then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_target(false)
+    });
+    let untimed = journal.then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_target(false)
+            .without_time()
+    });
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(timed)
+        .with(untimed)
+        .try_init();
+    Box::new(move |level: &str| {
+        if !from_env {
+            let _ = handle.reload(EnvFilter::new(level));
+        }
+    })
+}
+
+fn notify(state: sd_notify::NotifyState<'_>) {
+    if let Err(e) = sd_notify::notify(&[state]) {
+        tracing::warn!("cannot notify systemd: {e}");
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `loaded` is the config already
+/// read (and logged) by the caller.
+pub fn run(source: ConfigSource, loaded: LoadedConfig) -> Result<(), DaemonError> {
+    let set_log_level = init_logging(loaded.config.daemon.log_level.get_ref());
+    match &loaded.path {
+        Some(p) => tracing::info!(config = %p.display(), "config loaded"),
+        None => tracing::info!(
+            "no config file at {}; running on built-in defaults",
+            source.path.display()
+        ),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    rt.block_on(serve(source, loaded, set_log_level))
+}
+
+async fn serve(
+    source: ConfigSource,
+    loaded: LoadedConfig,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+) -> Result<(), DaemonError> {
+    let group = resolve_group(&loaded)?;
+    let cfg = &loaded.config;
+    let (store, removed) = Store::open(&cfg.daemon.output_dir, &host_name())?;
+    log_removed_temps(&removed);
+    let socket_path = cfg.daemon.socket.clone();
+    // Refuse early if another daemon owns the socket, before opening rings.
+    api::check_socket_free(&socket_path).await?;
+    let l2 = loaded.clone();
+    let engine = tokio::task::spawn_blocking(move || start_engine(&l2))
+        .await
+        .map_err(|e| EngineError::Start {
+            message: e.to_string(),
+            event: None,
+        })??;
+    let events: Vec<String> = engine.events().into_iter().map(|e| e.name).collect();
+    tracing::info!(
+        events = %events.join(", "),
+        ring = %cfg.buffers.per_cpu.get_ref(),
+        output_dir = %cfg.daemon.output_dir.display(),
+        "recording"
+    );
+    let listener = api::bind_socket(&socket_path, group.as_ref().map(|g| g.1)).await?;
+
+    let (dump_tx, dump_rx) = mpsc::unbounded_channel();
+    let (timing_tx, timing_rx) = watch::channel(timing_of(cfg));
+    let (shutdown_tx, _) = watch::channel(false);
+    let (events_tx, _) = broadcast::channel(256);
+    let state = Arc::new(State {
+        source,
+        current: RwLock::new(Arc::new(Current {
+            config: loaded,
+            store: Arc::new(store),
+            engine,
+            group: group.clone(),
+        })),
+        dump_tx,
+        timing_tx,
+        events: events_tx,
+        started: Instant::now(),
+        socket_path: socket_path.clone(),
+        last_dump: Mutex::new(None),
+        dumps: AtomicU64::new(0),
+        shutting_down: AtomicBool::new(false),
+        shutdown_tx,
+        reload_lock: tokio::sync::Mutex::new(()),
+        set_log_level,
+    });
+
+    let dump_task = {
+        let st = state.clone();
+        tokio::spawn(triggers::run(
+            dump_rx,
+            timing_rx,
+            state.shutdown_signal(),
+            move |spec| st.clone().execute_dump(spec),
+        ))
+    };
+    let loss_task = tokio::spawn(watch_losses(state.clone()));
+    let signals = spawn_signal_handlers(state.clone())?;
+
+    let server = api::serve(state.clone(), listener, group.as_ref().map(|g| g.1));
+    tokio::pin!(server);
+    tracing::info!(socket = %socket_path.display(), "listening");
+    notify(sd_notify::NotifyState::Ready);
+
+    let mut stop = state.shutdown_signal();
+    let served = tokio::select! {
+        r = &mut server => Some(r),
+        _ = stopped(&mut stop) => None,
+    };
+    if let Some(Err(e)) = served {
+        return Err(DaemonError::Serve(e));
+    }
+    notify(sd_notify::NotifyState::Stopping);
+    // The dump under way finishes (its callers get their answer) first.
+    if let Err(e) = dump_task.await {
+        tracing::error!("the dump task failed: {e}");
+    }
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("server error while shutting down: {e}"),
+        Err(_) => tracing::info!(
+            "connections still open after {}s are closed",
+            SHUTDOWN_GRACE.as_secs()
+        ),
+    }
+    loss_task.abort();
+    signals.abort();
+    api::remove_socket(&socket_path);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Starts a clean shutdown (SIGTERM/SIGINT).
+pub fn begin_shutdown(state: &State, why: &str) {
+    if !state.shutting_down.swap(true, Ordering::SeqCst) {
+        tracing::info!("{why}: shutting down");
+        state.shutdown_tx.send_replace(true);
+    }
+}
+
+fn spawn_signal_handlers(state: Arc<State>) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
+    let sig = |kind, name| {
+        signal(kind).map_err(|source| DaemonError::Signal {
+            signal: name,
+            source,
+        })
+    };
+    let mut usr2 = sig(SignalKind::user_defined2(), "SIGUSR2")?;
+    let mut hup = sig(SignalKind::hangup(), "SIGHUP")?;
+    let mut term = sig(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = sig(SignalKind::interrupt(), "SIGINT")?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = usr2.recv() => {
+                    tracing::debug!("SIGUSR2: dump requested");
+                    // Nobody waits on a signal's dump; the log and Watch
+                    // report its result.
+                    drop(state.request_dump(TriggerKind::Signal, None, false));
+                }
+                _ = hup.recv() => {
+                    let st = state.clone();
+                    tokio::spawn(async move {
+                        notify(sd_notify::NotifyState::Reloading);
+                        let _ = st.reload().await;
+                        notify(sd_notify::NotifyState::Ready);
+                    });
+                }
+                _ = term.recv() => begin_shutdown(&state, "SIGTERM"),
+                _ = int.recv() => begin_shutdown(&state, "SIGINT"),
+            }
+        }
+    }))
+}
+
+/// Every second, compares the recorder's loss counters with the last ones
+/// and reports growth (log + Watch).
+async fn watch_losses(state: Arc<State>) {
+    let mut last: Option<(usize, EngineStatus)> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let cur = state.current();
+        // A re-opened recorder starts its counters again.
+        let id = Arc::as_ptr(&cur.engine) as *const () as usize;
+        let engine = cur.engine.clone();
+        let Ok(status) = tokio::task::spawn_blocking(move || engine.status()).await else {
+            continue;
+        };
+        if let Some((prev_id, prev)) = &last
+            && *prev_id == id
+        {
+            for &(cpu, lost, lost_tracking) in &status.cpus {
+                let (p_lost, p_tracking) = prev
+                    .cpus
+                    .iter()
+                    .find(|c| c.0 == cpu)
+                    .map_or((0, 0), |c| (c.1, c.2));
+                for (ring, now, before) in [
+                    ("samples", lost, p_lost),
+                    ("tracking", lost_tracking, p_tracking),
+                ] {
+                    if now > before {
+                        tracing::warn!(cpu, ring, lost = now - before, total = now, "records lost");
+                        state.publish(pb::watch_event::Kind::Loss(pb::LossDetected {
+                            cpu,
+                            ring: ring.into(),
+                            lost: now - before,
+                            total: now,
+                        }));
+                    }
+                }
+            }
+        }
+        last = Some((id, status));
+    }
+}
+
+/// The daemon's own config path for messages.
+pub fn describe_source(loaded: &LoadedConfig) -> String {
+    loaded.path.as_deref().map_or_else(
+        || "built-in defaults".to_string(),
+        |p: &Path| p.display().to_string(),
+    )
+}
