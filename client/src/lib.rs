@@ -1,3 +1,148 @@
 //! snapctl: the command-line client of flightrecd.
+//!
+//! [`connect`] opens the daemon's Unix socket and turns the usual failures
+//! into sentences ([`ClientError`]); [`render`] turns replies into human
+//! tables or stable JSON. The binary (`main.rs`) only parses arguments.
 
 #![forbid(unsafe_code)]
+
+pub mod render;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use flightrec_proto::FlightRecorderClient;
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+use tower::service_fn;
+
+/// Exit status: success.
+pub const EXIT_OK: i32 = 0;
+/// The daemon answered with an error.
+pub const EXIT_DAEMON_ERROR: i32 = 1;
+/// Bad command line (clap's own code).
+pub const EXIT_USAGE: i32 = 2;
+/// No daemon to talk to (no socket, nobody listening, connection lost).
+pub const EXIT_CONNECT: i32 = 3;
+/// Not allowed to use the socket.
+pub const EXIT_PERMISSION: i32 = 4;
+
+/// What went wrong, phrased for the person at the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("daemon not running (no socket at {path})")]
+    NoSocket { path: PathBuf },
+    #[error("daemon not running (nobody listens on {path}: {source})")]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "permission denied on socket {path} (owned by group {group}; add yourself to it or run as root)"
+    )]
+    Permission { path: PathBuf, group: String },
+    #[error("cannot connect to {path}: {message}")]
+    Connect { path: PathBuf, message: String },
+    #[error("{message}")]
+    Daemon { code: tonic::Code, message: String },
+    #[error("cannot write the output: {0}")]
+    Output(#[source] io::Error),
+}
+
+impl ClientError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ClientError::NoSocket { .. }
+            | ClientError::Refused { .. }
+            | ClientError::Connect { .. } => EXIT_CONNECT,
+            ClientError::Permission { .. } => EXIT_PERMISSION,
+            ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
+        }
+    }
+}
+
+/// The group that owns `path` (by name if it has one).
+fn socket_group(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::metadata(path) else {
+        return "unknown".into();
+    };
+    let gid = md.gid();
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or_else(|| gid.to_string(), |g| g.name)
+}
+
+/// Connects to the daemon at `path`.
+pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, ClientError> {
+    let stream = match UnixStream::connect(path).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(match e.kind() {
+                io::ErrorKind::NotFound => ClientError::NoSocket { path: path.into() },
+                io::ErrorKind::PermissionDenied => ClientError::Permission {
+                    path: path.into(),
+                    group: socket_group(path),
+                },
+                io::ErrorKind::ConnectionRefused => ClientError::Refused {
+                    path: path.into(),
+                    source: e,
+                },
+                _ => ClientError::Connect {
+                    path: path.into(),
+                    message: e.to_string(),
+                },
+            });
+        }
+    };
+    // Hand the connected stream to tonic (once: a CLI call never reconnects).
+    let slot = Arc::new(Mutex::new(Some(stream)));
+    let channel = Endpoint::try_from("http://[::]:50051")
+        .map_err(|e| ClientError::Connect {
+            path: path.into(),
+            message: e.to_string(),
+        })?
+        .connect_with_connector(service_fn(move |_| {
+            let slot = slot.clone();
+            async move {
+                let stream = slot
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| io::Error::other("the connection to the daemon was lost"))?;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| ClientError::Connect {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+    Ok(FlightRecorderClient::new(channel))
+}
+
+/// A failed call: a daemon error keeps its message; a connection the daemon
+/// dropped before answering usually means the peer was not admitted.
+pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
+    let transport =
+        status.code() == tonic::Code::Unavailable && !status.message().contains("shutting down");
+    if transport {
+        return ClientError::Connect {
+            path: path.into(),
+            message: format!(
+                "the daemon closed the connection ({}); if it runs, your user may not be \
+                 admitted: the socket is for root and group {}",
+                status.message(),
+                socket_group(path)
+            ),
+        };
+    }
+    ClientError::Daemon {
+        code: status.code(),
+        message: status.message().to_string(),
+    }
+}
