@@ -92,3 +92,15 @@ pub struct Capture {
     /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
     pub kernel_text: Option<u64>,
 }
+
+pub mod compress;
+pub mod features;
+pub mod host;
+pub mod output;
+pub mod perfdata;
+pub mod reader;
+pub mod synth;
+#[doc(hidden)]
+pub mod testing;
+
+pub use host::HostInfo;

@@ -1,0 +1,250 @@
+//! What a snapshot says about the machine it was taken on.
+//!
+//! Gathering ([`HostInfo::gather`]) reads /proc, sysfs and tracefs once, at
+//! daemon start (or on reload); encoding a snapshot only reads the cached
+//! value, so writing a perf.data file needs no I/O besides the output itself.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::EventDescriptor;
+
+/// Where tracefs lives, newest convention first.
+const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+#[derive(Debug, Error)]
+pub enum HostInfoError {
+    #[error("no tracefs found (tried {tried}); mount it at /sys/kernel/tracing")]
+    NoTracefs { tried: String },
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is empty", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// The tracefs text perf needs to decode tracepoint samples (TRACING_DATA).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TracingSource {
+    /// `events/header_page`.
+    pub header_page: Vec<u8>,
+    /// `events/header_event`.
+    pub header_event: Vec<u8>,
+    /// `events/<system>/<name>/format` of every tracepoint gathered.
+    pub formats: Vec<TracepointFormat>,
+    /// `printk_formats` (lets perf print `%s` arguments given as pointers).
+    pub printk_formats: Vec<u8>,
+}
+
+/// One tracepoint's format file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracepointFormat {
+    pub system: String,
+    pub name: String,
+    /// The `ID:` line of the format: the attr's `config` must equal it.
+    pub id: Option<u64>,
+    pub format: Vec<u8>,
+}
+
+impl TracingSource {
+    /// The format gathered for `system:name`, if any.
+    pub fn format(&self, system: &str, name: &str) -> Option<&TracepointFormat> {
+        self.formats
+            .iter()
+            .find(|f| f.system == system && f.name == name)
+    }
+}
+
+/// Host facts written into every snapshot's feature sections.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostInfo {
+    pub hostname: String,
+    pub os_release: String,
+    /// flightrec's version (perf shows it as "perf version").
+    pub version: String,
+    pub arch: String,
+    pub nr_cpus_available: u32,
+    pub nr_cpus_online: u32,
+    /// The daemon's command line.
+    pub cmdline: Vec<String>,
+    pub page_size: u32,
+    /// Resolution of the sample clock in ns (CLOCKID feature).
+    pub clock_resolution_ns: u64,
+    pub tracing: TracingSource,
+}
+
+impl HostInfo {
+    /// Reads the host facts and the tracefs formats of `tracepoints`
+    /// (`(system, name)` pairs). I/O: call once and keep the result.
+    pub fn gather(tracepoints: &[(String, String)]) -> Result<Self, HostInfoError> {
+        let tracing = if tracepoints.is_empty() {
+            TracingSource::default()
+        } else {
+            gather_tracing(tracepoints)?
+        };
+        let nr_online = read_cpu_count("/sys/devices/system/cpu/online")
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+        let nr_available = read_cpu_count("/sys/devices/system/cpu/present").unwrap_or(nr_online);
+        Ok(Self {
+            hostname: read_trimmed("/proc/sys/kernel/hostname")?,
+            os_release: read_trimmed("/proc/sys/kernel/osrelease")?,
+            version: format!("flightrec {}", env!("CARGO_PKG_VERSION")),
+            arch: std::env::consts::ARCH.to_string(),
+            nr_cpus_available: nr_available,
+            nr_cpus_online: nr_online,
+            cmdline: std::env::args().collect(),
+            page_size: page_size(),
+            clock_resolution_ns: 1,
+            tracing,
+        })
+    }
+
+    /// [`HostInfo::gather`] for the tracepoints among `events`.
+    pub fn gather_for(events: &[EventDescriptor]) -> Result<Self, HostInfoError> {
+        Self::gather(&tracepoints_of(events))
+    }
+}
+
+/// The `(system, name)` of every tracepoint event, in event order.
+pub fn tracepoints_of(events: &[EventDescriptor]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for tp in events.iter().filter_map(|e| e.tracepoint.clone()) {
+        if !out.contains(&tp) {
+            out.push(tp);
+        }
+    }
+    out
+}
+
+fn page_size() -> u32 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) => u32::try_from(n).unwrap_or(4096),
+        _ => 4096,
+    }
+}
+
+fn read_trimmed(path: &str) -> Result<String, HostInfoError> {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| HostInfoError::Read {
+            path: path.into(),
+            source,
+        })
+}
+
+/// Counts the CPUs of a sysfs CPU list such as `0-3,8,10-11`.
+fn read_cpu_count(path: &str) -> Option<u32> {
+    parse_cpu_list(&fs::read_to_string(path).ok()?)
+}
+
+pub(crate) fn parse_cpu_list(text: &str) -> Option<u32> {
+    let mut n = 0u32;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let a: u32 = a.trim().parse().ok()?;
+                let b: u32 = b.trim().parse().ok()?;
+                n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
+            }
+            None => {
+                part.trim().parse::<u32>().ok()?;
+                n = n.checked_add(1)?;
+            }
+        }
+    }
+    (n > 0).then_some(n)
+}
+
+fn tracefs_root() -> Result<&'static Path, HostInfoError> {
+    TRACEFS_ROOTS
+        .iter()
+        .map(Path::new)
+        .find(|root| root.join("events/header_page").exists())
+        .ok_or_else(|| HostInfoError::NoTracefs {
+            tried: TRACEFS_ROOTS.join(", "),
+        })
+}
+
+/// Reads a tracefs file with large reads: some tracefs files (6.x
+/// `events/header_page`) answer a short first read and then report EOF,
+/// which `fs::read`'s small probing read would hit.
+fn read_tracefs(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn read_nonempty(path: PathBuf) -> Result<Vec<u8>, HostInfoError> {
+    match read_tracefs(&path) {
+        Ok(b) if b.is_empty() => Err(HostInfoError::Empty { path }),
+        Ok(b) => Ok(b),
+        Err(source) => Err(HostInfoError::Read { path, source }),
+    }
+}
+
+fn gather_tracing(tracepoints: &[(String, String)]) -> Result<TracingSource, HostInfoError> {
+    let root = tracefs_root()?;
+    let mut formats = Vec::with_capacity(tracepoints.len());
+    for (system, name) in tracepoints {
+        let format = read_nonempty(root.join("events").join(system).join(name).join("format"))?;
+        formats.push(TracepointFormat {
+            system: system.clone(),
+            name: name.clone(),
+            id: format_id(&format),
+            format,
+        });
+    }
+    // printk_formats may be missing (old kernels, lockdown): perf copes.
+    let printk_formats = read_tracefs(&root.join("printk_formats")).unwrap_or_default();
+    Ok(TracingSource {
+        header_page: read_nonempty(root.join("events/header_page"))?,
+        header_event: read_nonempty(root.join("events/header_event"))?,
+        formats,
+        printk_formats,
+    })
+}
+
+/// The number on the `ID: n` line of a tracepoint format.
+pub fn format_id(format: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(format).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("ID:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_count_ranges_and_singles() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(2));
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(7));
+        assert_eq!(parse_cpu_list("5"), Some(1));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn format_id_reads_the_id_line() {
+        assert_eq!(
+            format_id(b"name: sched_switch\nID: 372\nformat:\n"),
+            Some(372)
+        );
+        assert_eq!(format_id(b"name: x\nformat:\n"), None);
+    }
+}

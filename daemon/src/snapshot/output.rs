@@ -1,0 +1,493 @@
+//! Putting a snapshot on disk so that a reader never sees half of one.
+//!
+//! The file is created as `.<name>.tmp-<pid>-<n>` in the output directory
+//! (see [`is_temp_file_name`]: the store removes such leftovers of a crash),
+//! written through a shared memory map grown in chunks of up to 64 MiB
+//! (seed 01: copies instead of many `write()` calls), truncated to its exact
+//! length, fsync'ed, renamed to its final name (never over an existing
+//! file) and the directory fsync'ed. Each chunk's blocks are reserved with
+//! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
+//! error here instead of a SIGBUS when a page of the map is first touched.
+//! On any error the temporary file is removed and the error names the file.
+//!
+//! Writing is meant to run on its own thread after the capture returned:
+//! the capture never waits on the disk (seed 03).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapMut, MmapOptions};
+use thiserror::Error;
+
+use super::Capture;
+use super::host::{HostInfo, HostInfoError};
+use super::perfdata::{DataSummary, PerfData, PerfDataError, WriteOptions, write_perf_data};
+use super::reader::{ReadError, recompress};
+
+/// Snapshot files are readable by the owner's group (the operators).
+pub const FILE_MODE: u32 = 0o640;
+/// Largest piece of the output file mapped (and reserved) at once.
+pub const CHUNK_BYTES: u64 = 64 << 20;
+
+const TEMP_MARK: &str = ".tmp-";
+
+#[derive(Debug, Error)]
+pub enum SnapshotError {
+    #[error("{name:?} is not a valid snapshot file name (a plain name, not starting with '.')")]
+    InvalidName { name: String },
+    #[error("{} already exists; snapshots are never overwritten", path.display())]
+    Exists { path: PathBuf },
+    #[error("gathering host facts for {}: {source}", path.display())]
+    HostInfo {
+        path: PathBuf,
+        source: HostInfoError,
+    },
+    #[error("encoding {}: {source}", path.display())]
+    Encode {
+        path: PathBuf,
+        source: PerfDataError,
+    },
+    #[error("creating {}: {source}{}", path.display(), disk_full_hint(source))]
+    Create { path: PathBuf, source: io::Error },
+    #[error("writing {}: {source}{}", path.display(), disk_full_hint(source))]
+    Write { path: PathBuf, source: io::Error },
+    #[error("syncing {} to disk: {source}{}", path.display(), disk_full_hint(source))]
+    Sync { path: PathBuf, source: io::Error },
+    #[error("renaming {} to {}: {source}", from.display(), to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: io::Error,
+    },
+    #[error("syncing directory {}: {source}", path.display())]
+    SyncDir { path: PathBuf, source: io::Error },
+    #[error("reading {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}: {source}", path.display())]
+    Parse { path: PathBuf, source: ReadError },
+}
+
+fn is_disk_full_io(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+fn disk_full_hint(e: &io::Error) -> &'static str {
+    if is_disk_full_io(e) {
+        " (disk full)"
+    } else {
+        ""
+    }
+}
+
+impl SnapshotError {
+    /// The file system is full or the quota is exhausted (ENOSPC, EDQUOT):
+    /// the store may free space and retry.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Self::Create { source, .. }
+            | Self::Write { source, .. }
+            | Self::Sync { source, .. }
+            | Self::Rename { source, .. }
+            | Self::SyncDir { source, .. } => is_disk_full_io(source),
+            _ => false,
+        }
+    }
+
+    /// The file (or directory) the error is about.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Self::InvalidName { .. } => None,
+            Self::Exists { path }
+            | Self::HostInfo { path, .. }
+            | Self::Encode { path, .. }
+            | Self::Create { path, .. }
+            | Self::Write { path, .. }
+            | Self::Sync { path, .. }
+            | Self::SyncDir { path, .. }
+            | Self::Read { path, .. }
+            | Self::Parse { path, .. } => Some(path),
+            Self::Rename { to, .. } => Some(to),
+        }
+    }
+}
+
+/// A snapshot on disk.
+#[derive(Debug, Clone)]
+pub struct WrittenSnapshot {
+    pub path: PathBuf,
+    /// File size.
+    pub bytes: u64,
+    pub summary: DataSummary,
+    /// Encoding (and compression) plus writing and syncing.
+    pub elapsed: Duration,
+}
+
+/// The temporary name of `name` while it is written:
+/// `.<name>.tmp-<pid>-<n>`.
+pub fn temp_file_name(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}{TEMP_MARK}{}-{n}", std::process::id())
+}
+
+/// Whether `name` is a temporary snapshot name (`.<name>.tmp-<pid>-<n>`):
+/// a leftover of a crash when no writer runs.
+pub fn is_temp_file_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    let Some((base, suffix)) = rest.rsplit_once(TEMP_MARK) else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    !base.is_empty()
+        && suffix
+            .split_once('-')
+            .is_some_and(|(p, n)| digits(p) && digits(n))
+}
+
+fn check_name(name: &str) -> Result<(), SnapshotError> {
+    let bad = name.is_empty()
+        || name.starts_with('.')
+        || name.contains('/')
+        || name.contains('\0')
+        || name.len() > 200;
+    if bad {
+        return Err(SnapshotError::InvalidName { name: name.into() });
+    }
+    Ok(())
+}
+
+/// Writes `capture` as `dir/file_name`, atomically (see the module docs).
+/// `opts.host` should be the facts gathered at daemon start; without it they
+/// are gathered now.
+pub fn write_snapshot(
+    capture: &Capture,
+    opts: &WriteOptions,
+    dir: &Path,
+    file_name: &str,
+) -> Result<WrittenSnapshot, SnapshotError> {
+    let started = Instant::now();
+    check_name(file_name)?;
+    let path = dir.join(file_name);
+    if path.symlink_metadata().is_ok() {
+        return Err(SnapshotError::Exists { path });
+    }
+    let gathered;
+    let host: &HostInfo = match &opts.host {
+        Some(h) => h,
+        None => {
+            gathered = HostInfo::gather_for(&capture.events).map_err(|source| {
+                SnapshotError::HostInfo {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            &gathered
+        }
+    };
+    let data = write_perf_data(capture, host, opts).map_err(|source| SnapshotError::Encode {
+        path: path.clone(),
+        source,
+    })?;
+    let bytes = put_file(&data, dir, file_name, false)?;
+    Ok(WrittenSnapshot {
+        path,
+        bytes,
+        summary: data.summary,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Replaces the uncompressed snapshot at `path` by its zstd-compressed
+/// form at `level`, atomically: until the rename the original is untouched.
+pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, SnapshotError> {
+    let started = Instant::now();
+    let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => {
+            return Err(SnapshotError::InvalidName {
+                name: path.display().to_string(),
+            });
+        }
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Read {
+        path: path.into(),
+        source,
+    })?;
+    let data = recompress(&bytes, level).map_err(|source| SnapshotError::Parse {
+        path: path.into(),
+        source,
+    })?;
+    let written = put_file(&data, dir, name, true)?;
+    Ok(WrittenSnapshot {
+        path: path.into(),
+        bytes: written,
+        summary: data.summary,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Writes `data` under a temporary name in `dir`, then renames it to
+/// `name` (replacing an existing file only if `replace`). Returns the size.
+fn put_file(
+    data: &PerfData<'_>,
+    dir: &Path,
+    name: &str,
+    replace: bool,
+) -> Result<u64, SnapshotError> {
+    let temp = dir.join(temp_file_name(name));
+    let path = dir.join(name);
+    let result = write_temp(data, &temp).and_then(|len| {
+        rename(&temp, &path, replace)?;
+        Ok(len)
+    });
+    match result {
+        Ok(len) => {
+            sync_dir(dir)?;
+            Ok(len)
+        }
+        Err(e) => {
+            // Best effort: the error that matters is `e`.
+            let _ = std::fs::remove_file(&temp);
+            Err(e)
+        }
+    }
+}
+
+fn write_temp(data: &PerfData<'_>, temp: &Path) -> Result<u64, SnapshotError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(temp)
+        .map_err(|source| SnapshotError::Create {
+            path: temp.into(),
+            source,
+        })?;
+    let write_err = |source| SnapshotError::Write {
+        path: temp.into(),
+        source,
+    };
+    // The umask may have cleared bits of FILE_MODE.
+    file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
+        .map_err(write_err)?;
+    let mut out = MappedOutput::new(file, data.len());
+    for segment in &data.segments {
+        out.write(segment).map_err(write_err)?;
+    }
+    let (file, len) = out.finish().map_err(write_err)?;
+    file.sync_all().map_err(|source| SnapshotError::Sync {
+        path: temp.into(),
+        source,
+    })?;
+    Ok(len)
+}
+
+fn rename(from: &Path, to: &Path, replace: bool) -> Result<(), SnapshotError> {
+    let result = if replace {
+        std::fs::rename(from, to)
+    } else {
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            from,
+            nix::fcntl::AT_FDCWD,
+            to,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(io::Error::from)
+    };
+    result.map_err(|source| {
+        if source.kind() == io::ErrorKind::AlreadyExists {
+            SnapshotError::Exists { path: to.into() }
+        } else {
+            SnapshotError::Rename {
+                from: from.into(),
+                to: to.into(),
+                source,
+            }
+        }
+    })
+}
+
+fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| SnapshotError::SyncDir {
+            path: dir.into(),
+            source,
+        })
+}
+
+/// A file written through shared maps of up to [`CHUNK_BYTES`], each
+/// reserved with `posix_fallocate` before it is mapped.
+struct MappedOutput {
+    file: File,
+    map: Option<MmapMut>,
+    /// File offset of `map`.
+    map_start: u64,
+    /// Bytes written so far (file offset of the next byte).
+    len: u64,
+    /// Expected final length: chunks are not reserved past it (rounded up
+    /// to a page), so a small file never needs 64 MiB free.
+    expected: u64,
+}
+
+impl MappedOutput {
+    fn new(file: File, expected: u64) -> Self {
+        Self {
+            file,
+            map: None,
+            map_start: 0,
+            len: 0,
+            expected,
+        }
+    }
+
+    fn write(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let full = self
+                .map
+                .as_ref()
+                .is_none_or(|m| (self.len - self.map_start) as usize >= m.len());
+            if full {
+                self.next_chunk()?;
+            }
+            let offset_in_map = (self.len - self.map_start) as usize;
+            let Some(map) = self.map.as_mut() else {
+                return Err(io::Error::other("output map missing"));
+            };
+            let n = buf.len().min(map.len() - offset_in_map);
+            map[offset_in_map..offset_in_map + n].copy_from_slice(&buf[..n]);
+            self.len += n as u64;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Unmaps the current chunk, reserves and maps the next one at `len`
+    /// (always page aligned: chunks are whole pages and filled completely
+    /// before the next is mapped).
+    fn next_chunk(&mut self) -> io::Result<()> {
+        self.map = None;
+        let page = u64::from(page_size());
+        let remaining = self.expected.saturating_sub(self.len);
+        let size = if remaining == 0 {
+            CHUNK_BYTES
+        } else {
+            remaining.next_multiple_of(page).min(CHUNK_BYTES)
+        };
+        let start = self.len;
+        let to_off = |v: u64| {
+            libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
+        };
+        nix::fcntl::posix_fallocate(&self.file, to_off(start)?, to_off(size)?)
+            .map_err(io::Error::from)?;
+        let len = usize::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let map = map_chunk(&self.file, start, len)?;
+        self.map_start = start;
+        self.map = Some(map);
+        Ok(())
+    }
+
+    /// Unmaps and cuts the file to the bytes written.
+    fn finish(mut self) -> io::Result<(File, u64)> {
+        self.map = None;
+        self.file.set_len(self.len)?;
+        Ok((self.file, self.len))
+    }
+}
+
+#[allow(unsafe_code)]
+fn map_chunk(file: &File, offset: u64, len: usize) -> io::Result<MmapMut> {
+    // SAFETY: `file` is a temporary file this process just created with
+    // O_EXCL under a name no other writer uses; nothing else truncates or
+    // writes it while the map lives, and the mapped range was reserved with
+    // posix_fallocate, so touching its pages cannot fault on a full disk.
+    unsafe { MmapOptions::new().offset(offset).len(len).map_mut(file) }
+}
+
+fn page_size() -> u32 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) => u32::try_from(n).unwrap_or(4096),
+        _ => 4096,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognized_and_final_names_are_not() {
+        let t = temp_file_name("host-20261120T221500Z-0001.perf.data");
+        assert!(t.starts_with(".host-20261120T221500Z-0001.perf.data.tmp-"));
+        assert!(is_temp_file_name(&t));
+        assert!(!is_temp_file_name("host-20261120T221500Z-0001.perf.data"));
+        assert!(!is_temp_file_name(".hidden"));
+        assert!(!is_temp_file_name(".x.tmp-12-"));
+        assert!(!is_temp_file_name(".x.tmp-a-1"));
+        assert!(!is_temp_file_name("..tmp-1-2"));
+        assert_ne!(temp_file_name("a"), temp_file_name("a"));
+    }
+
+    #[test]
+    fn names_with_slashes_or_leading_dots_are_refused() {
+        for bad in ["", ".x", "../x", "a/b", "a\0b"] {
+            assert!(
+                matches!(check_name(bad), Err(SnapshotError::InvalidName { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(check_name("host-1.perf.data").is_ok());
+    }
+
+    #[test]
+    fn mapped_output_crosses_chunks_and_ends_at_exact_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        // Expect less than is written: the writer must grow past it.
+        let mut out = MappedOutput::new(file, 5000);
+        let piece: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
+        let mut want = Vec::new();
+        for _ in 0..5 {
+            out.write(&piece).unwrap();
+            want.extend_from_slice(&piece);
+        }
+        let (_, len) = out.finish().unwrap();
+        assert_eq!(len, want.len() as u64);
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
+
+    #[test]
+    fn disk_full_is_recognized() {
+        let e = SnapshotError::Write {
+            path: "/x/y".into(),
+            source: io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        assert!(e.is_disk_full());
+        let msg = e.to_string();
+        assert!(msg.contains("/x/y") && msg.contains("disk full"), "{msg}");
+        let e = SnapshotError::Write {
+            path: "/x/y".into(),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert!(!e.is_disk_full());
+    }
+}

@@ -1,0 +1,689 @@
+//! The perf.data (PERFILE2) encoder: a [`Capture`] and the cached
+//! [`HostInfo`] in, the file's bytes out, as a list of segments so the
+//! sample records are copied once, from the capture into the output file.
+//!
+//! Layout (PERFDATA.md): `header | id arrays | attrs | data | feature index |
+//! feature bodies`. The data section holds, in this order:
+//! 1. synthesized state at the window's start: the kernel MMAP, then COMM
+//!    and MMAP2 of every known thread, stamped `window_start_ns - 1`;
+//! 2. the tracking records of the window, verbatim;
+//! 3. every CPU's sample records, verbatim and newest first as the ring
+//!    held them (perf 6.1 sorts a whole file by time when it has no
+//!    FINISHED_ROUND records, which this writer never emits);
+//! 4. loss records: per CPU a LOST_SAMPLES with the samples lost inside the
+//!    window (the kernel's own LOST records found in the ring) plus those
+//!    dropped while the ring was paused for this capture (the moments right
+//!    after the trigger), and a LOST for the latter, stamped at the CPU's
+//!    newest sample.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::abi::{
+    ATTR_SIZE, HEADER_SIZE, RecordHeader, attr_flag, event_type, get_u64, record_type, sw_event,
+};
+
+use super::compress::{self, MAX_RECORD_INPUT};
+use super::features::{self, bit};
+use super::host::{HostInfo, format_id, tracepoints_of};
+use super::synth::{self, SampleId};
+use super::{Capture, EventDescriptor};
+
+/// Size of the PERFILE2 header.
+pub const FILE_HEADER_SIZE: usize = 104;
+pub const MAGIC: &[u8; 8] = b"PERFILE2";
+
+#[derive(Debug, Error)]
+pub enum PerfDataError {
+    #[error("the capture has no events")]
+    NoEvents,
+    #[error("event {event} has no kernel ids; with several events every record needs one")]
+    MissingIds { event: String },
+    #[error("no tracefs format gathered for tracepoint event {event}")]
+    MissingTracepointFormat { event: String },
+    #[error(
+        "tracepoint event {event} was opened with id {config} but tracefs now says {format_id}"
+    )]
+    TracepointIdMismatch {
+        event: String,
+        config: u64,
+        format_id: u64,
+    },
+    #[error("zstd compression level {level} is out of range {min}..={max}")]
+    InvalidCompressionLevel { level: i32, min: i32, max: i32 },
+    #[error("compressing the records: {source}")]
+    Compress { source: std::io::Error },
+}
+
+/// How a snapshot is written.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// zstd level, `None` for an uncompressed file.
+    pub compression: Option<i32>,
+    /// Host facts gathered at daemon start; `None` gathers them (I/O) when
+    /// [`super::output::write_snapshot`] runs.
+    pub host: Option<Arc<HostInfo>>,
+}
+
+/// Compression figures of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompressionSummary {
+    pub level: i32,
+    /// Bytes of records before compression.
+    pub input_bytes: u64,
+    /// Bytes of the data section after compression.
+    pub output_bytes: u64,
+    /// Written as the COMPRESSED feature's `mmap_len`.
+    pub mmap_len: u32,
+}
+
+/// What went into a file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataSummary {
+    pub file_bytes: u64,
+    /// Length of the data section as written.
+    pub data_bytes: u64,
+    /// SAMPLE records over all CPUs.
+    pub samples: u64,
+    /// Samples reported lost (sum of the LOST_SAMPLES records).
+    pub lost_samples: u64,
+    /// COMM/MMAP2/MMAP records made up for the window's start.
+    pub synthesized_records: u64,
+    /// Bytes of ring data dropped because they did not parse as records.
+    pub torn_bytes: u64,
+    pub first_sample_ns: Option<u64>,
+    pub last_sample_ns: Option<u64>,
+    pub compression: Option<CompressionSummary>,
+}
+
+/// An encoded perf.data file: its bytes are the concatenation of
+/// `segments`.
+#[derive(Debug)]
+pub struct PerfData<'a> {
+    pub segments: Vec<Cow<'a, [u8]>>,
+    pub summary: DataSummary,
+}
+
+impl PerfData<'_> {
+    pub fn len(&self) -> u64 {
+        self.summary.file_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.summary.file_bytes == 0
+    }
+
+    /// The whole file in one buffer (tests, small files).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.segments.concat()
+    }
+}
+
+/// Index of the tracking event: the one recording COMM/MMAP/task records
+/// (the capture names it last), else the last event.
+pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
+    let tracks = |e: &EventDescriptor| {
+        e.attr.flags & (attr_flag::COMM | attr_flag::MMAP | attr_flag::MMAP2 | attr_flag::TASK) != 0
+    };
+    let dummy = |e: &EventDescriptor| {
+        e.attr.type_ == event_type::SOFTWARE && e.attr.config == sw_event::DUMMY
+    };
+    events
+        .iter()
+        .rposition(|e| tracks(e) && dummy(e))
+        .or_else(|| events.iter().rposition(tracks))
+        .or_else(|| events.len().checked_sub(1))
+}
+
+/// Walks whole records, returning (intact length, SAMPLE count, sum of the
+/// `lost` fields of LOST records).
+fn scan_records(data: &[u8]) -> (usize, u64, u64) {
+    let mut pos = 0;
+    let mut samples = 0;
+    let mut lost = 0u64;
+    while let Some(h) = RecordHeader::parse(&data[pos..]) {
+        let size = usize::from(h.size);
+        if size < HEADER_SIZE || size > data.len() - pos {
+            break;
+        }
+        match h.type_ {
+            record_type::SAMPLE => samples += 1,
+            record_type::LOST if size >= 24 => {
+                lost = lost.saturating_add(get_u64(data, pos + 16));
+            }
+            _ => {}
+        }
+        pos += size;
+    }
+    (pos, samples, lost)
+}
+
+fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError> {
+    if capture.events.is_empty() {
+        return Err(PerfDataError::NoEvents);
+    }
+    if capture.events.len() > 1
+        && let Some(e) = capture.events.iter().find(|e| e.ids.is_empty())
+    {
+        return Err(PerfDataError::MissingIds {
+            event: e.name.clone(),
+        });
+    }
+    for e in &capture.events {
+        let Some((system, name)) = &e.tracepoint else {
+            continue;
+        };
+        let format = host.tracing.format(system, name).ok_or_else(|| {
+            PerfDataError::MissingTracepointFormat {
+                event: e.name.clone(),
+            }
+        })?;
+        if let Some(id) = format.id.or_else(|| format_id(&format.format))
+            && e.attr.type_ == event_type::TRACEPOINT
+            && id != e.attr.config
+        {
+            return Err(PerfDataError::TracepointIdMismatch {
+                event: e.name.clone(),
+                config: e.attr.config,
+                format_id: id,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub fn check_level(level: i32) -> Result<(), PerfDataError> {
+    let range = zstd::compression_level_range();
+    if range.contains(&level) && level != 0 {
+        Ok(())
+    } else {
+        Err(PerfDataError::InvalidCompressionLevel {
+            level,
+            min: *range.start(),
+            max: *range.end(),
+        })
+    }
+}
+
+/// Encodes `capture` as a perf.data file perf 6.1 reads.
+pub fn write_perf_data<'a>(
+    capture: &'a Capture,
+    host: &HostInfo,
+    opts: &WriteOptions,
+) -> Result<PerfData<'a>, PerfDataError> {
+    check_events(capture, host)?;
+    if let Some(level) = opts.compression {
+        check_level(level)?;
+    }
+    let events = &capture.events;
+    let tracking = tracking_event(events).ok_or(PerfDataError::NoEvents)?;
+    let tracking_attr = events[tracking].attr;
+    let tracking_id = events[tracking].ids.first().copied().unwrap_or(0);
+    let mut summary = DataSummary::default();
+
+    // 1. State at the window's start.
+    let synth_time = capture.window_start_ns.saturating_sub(1);
+    let mut head = Vec::new();
+    if let Some(text) = capture.kernel_text {
+        let id = SampleId {
+            pid: u32::MAX,
+            tid: 0,
+            time: synth_time,
+            id: tracking_id,
+            cpu: 0,
+        };
+        synth::push_kernel_mmap(&mut head, &tracking_attr, text, &id);
+        summary.synthesized_records += 1;
+    }
+    summary.synthesized_records += synth::push_process_state(
+        &mut head,
+        &tracking_attr,
+        tracking_id,
+        synth_time,
+        &capture.processes,
+    );
+
+    // 2. Tracking records, 3. samples: verbatim, whole records only.
+    let (tracking_len, _, _) = scan_records(&capture.tracking_records);
+    summary.torn_bytes += (capture.tracking_records.len() - tracking_len) as u64;
+    let tracking_records = &capture.tracking_records[..tracking_len];
+
+    let sample_event = events
+        .iter()
+        .enumerate()
+        .find(|(i, e)| *i != tracking && !e.ids.is_empty())
+        .map_or(tracking, |(i, _)| i);
+    let mut cpu_slices = Vec::with_capacity(capture.cpus.len());
+    let mut tail = Vec::new();
+    for (index, cpu) in capture.cpus.iter().enumerate() {
+        let (len, samples, lost_in_window) = scan_records(&cpu.records);
+        summary.torn_bytes += (cpu.records.len() - len) as u64;
+        summary.samples += samples;
+        cpu_slices.push(&cpu.records[..len]);
+        summary.first_sample_ns = min_opt(summary.first_sample_ns, cpu.oldest_ns);
+        summary.last_sample_ns = max_opt(summary.last_sample_ns, cpu.newest_ns);
+
+        // 4. Losses.
+        let lost = lost_in_window.saturating_add(cpu.lost_while_paused);
+        if lost == 0 {
+            continue;
+        }
+        let ids = &events[sample_event].ids;
+        let id = SampleId {
+            pid: 0,
+            tid: 0,
+            time: cpu
+                .newest_ns
+                .unwrap_or(capture.window_start_ns)
+                .saturating_add(1),
+            id: ids.get(index).or(ids.first()).copied().unwrap_or(0),
+            cpu: cpu.cpu,
+        };
+        let attr = &events[sample_event].attr;
+        if cpu.lost_while_paused > 0 {
+            synth::push_lost(&mut tail, attr, cpu.lost_while_paused, &id);
+        }
+        synth::push_lost_samples(&mut tail, attr, lost, &id);
+        summary.lost_samples = summary.lost_samples.saturating_add(lost);
+    }
+
+    let mut data: Vec<Cow<'a, [u8]>> = Vec::new();
+    if let Some(level) = opts.compression {
+        let mut parts: Vec<&[u8]> = vec![&head];
+        parts.extend(compress::split_jobs(tracking_records));
+        for s in &cpu_slices {
+            parts.extend(compress::split_jobs(s));
+        }
+        parts.push(&tail);
+        let packed = compress::pack_all(&parts, level)
+            .map_err(|source| PerfDataError::Compress { source })?;
+        summary.compression = Some(CompressionSummary {
+            level,
+            input_bytes: packed.input_bytes,
+            output_bytes: packed.bytes.len() as u64,
+            mmap_len: MAX_RECORD_INPUT as u32,
+        });
+        data.push(Cow::Owned(packed.bytes));
+    } else {
+        data.push(Cow::Owned(head));
+        data.push(Cow::Borrowed(tracking_records));
+        data.extend(cpu_slices.into_iter().map(Cow::Borrowed));
+        data.push(Cow::Owned(tail));
+    }
+    let data_len: u64 = data.iter().map(|d| d.len() as u64).sum();
+    summary.data_bytes = data_len;
+
+    // Features, in ascending bit order.
+    let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
+    let tracepoints = tracepoints_of(events);
+    if !tracepoints.is_empty() {
+        let body =
+            features::tracing_data(&host.tracing, host.page_size, &tracepoints).map_err(|tp| {
+                PerfDataError::MissingTracepointFormat {
+                    event: format!("{}:{}", tp.0, tp.1),
+                }
+            })?;
+        feats.push((bit::TRACING_DATA, body));
+    }
+    feats.push((bit::HOSTNAME, features::string_section(&host.hostname)));
+    feats.push((bit::OSRELEASE, features::string_section(&host.os_release)));
+    feats.push((bit::VERSION, features::string_section(&host.version)));
+    feats.push((bit::ARCH, features::string_section(&host.arch)));
+    feats.push((bit::NRCPUS, features::nrcpus(host)));
+    feats.push((bit::CMDLINE, features::cmdline(&host.cmdline)));
+    feats.push((bit::EVENT_DESC, features::event_desc(events)));
+    if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
+        feats.push((bit::SAMPLE_TIME, features::sample_time(first, last)));
+    }
+    feats.push((bit::CLOCKID, features::clockid(host.clock_resolution_ns)));
+    if let Some(c) = &summary.compression {
+        let ratio = c.input_bytes.checked_div(c.output_bytes).unwrap_or(0);
+        feats.push((
+            bit::COMPRESSED,
+            features::compressed(
+                c.level,
+                u32::try_from(ratio).unwrap_or(u32::MAX),
+                c.mmap_len,
+            ),
+        ));
+    }
+
+    // Ids, attrs.
+    let mut ids = Vec::new();
+    let ids_offset = FILE_HEADER_SIZE as u64;
+    let mut id_sections = Vec::with_capacity(events.len());
+    for e in events {
+        let offset = ids_offset + ids.len() as u64;
+        for id in &e.ids {
+            ids.extend_from_slice(&id.to_le_bytes());
+        }
+        id_sections.push((offset, (e.ids.len() * 8) as u64));
+    }
+    let attrs_offset = ids_offset + ids.len() as u64;
+    let mut attrs = Vec::with_capacity(events.len() * (ATTR_SIZE + 16));
+    for (e, (off, size)) in events.iter().zip(&id_sections) {
+        attrs.extend_from_slice(&e.attr.to_bytes());
+        attrs.extend_from_slice(&off.to_le_bytes());
+        attrs.extend_from_slice(&size.to_le_bytes());
+    }
+    let data_offset = attrs_offset + attrs.len() as u64;
+
+    let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
+    let bodies: Vec<Vec<u8>> = feats.into_iter().map(|(_, b)| b).collect();
+    let index_offset = data_offset + data_len;
+    let (index, bodies_len) = feature_index(index_offset, &bodies);
+
+    let header = file_header(
+        (attrs_offset, attrs.len() as u64),
+        (data_offset, data_len),
+        &bits,
+    );
+    let mut segments: Vec<Cow<'a, [u8]>> = vec![
+        Cow::Owned(header.to_vec()),
+        Cow::Owned(ids),
+        Cow::Owned(attrs),
+    ];
+    segments.extend(data);
+    segments.push(Cow::Owned(index));
+    segments.extend(bodies.into_iter().map(Cow::Owned));
+    summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
+    segments.retain(|s| !s.is_empty());
+    Ok(PerfData { segments, summary })
+}
+
+/// The feature index table at `index_offset` for `bodies` placed right
+/// after it; returns it and the bodies' total length.
+pub fn feature_index(index_offset: u64, bodies: &[impl AsRef<[u8]>]) -> (Vec<u8>, u64) {
+    let mut index = Vec::with_capacity(bodies.len() * 16);
+    let mut offset = index_offset + (bodies.len() * 16) as u64;
+    for b in bodies {
+        let len = b.as_ref().len() as u64;
+        index.extend_from_slice(&offset.to_le_bytes());
+        index.extend_from_slice(&len.to_le_bytes());
+        offset += len;
+    }
+    (index, offset - index_offset - (bodies.len() * 16) as u64)
+}
+
+/// The 104-byte PERFILE2 header.
+pub fn file_header(attrs: (u64, u64), data: (u64, u64), feature_bits: &[u32]) -> [u8; 104] {
+    let mut h = [0u8; FILE_HEADER_SIZE];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&(FILE_HEADER_SIZE as u64).to_le_bytes());
+    h[16..24].copy_from_slice(&((ATTR_SIZE + 16) as u64).to_le_bytes());
+    h[24..32].copy_from_slice(&attrs.0.to_le_bytes());
+    h[32..40].copy_from_slice(&attrs.1.to_le_bytes());
+    h[40..48].copy_from_slice(&data.0.to_le_bytes());
+    h[48..56].copy_from_slice(&data.1.to_le_bytes());
+    // event_types {0, 0} at 0x38
+    for &b in feature_bits {
+        if b < bit::BITMAP_BITS {
+            h[0x48 + (b / 8) as usize] |= 1 << (b % 8);
+        }
+    }
+    h
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Cursor;
+
+    use linux_perf_data::linux_perf_event_reader::{EventRecord, RecordType};
+    use linux_perf_data::{PerfFileReader, PerfFileRecord};
+
+    use super::*;
+    use crate::snapshot::testing::{
+        KNOWN_COMM, KNOWN_PID, LATE_COMM, LATE_PID, SCHED_SWITCH_FORMAT, SyntheticSpec,
+        synthetic_capture, synthetic_host,
+    };
+
+    /// What an independent reader (the linux-perf-data crate) finds.
+    #[derive(Debug, Default)]
+    struct Seen {
+        names: Vec<String>,
+        ids: Vec<Vec<u64>>,
+        samples_per_attr: BTreeMap<usize, u64>,
+        comms: Vec<(i32, String)>,
+        lost_samples_records: u64,
+        lost: Vec<(u64, u64)>,
+        times: Vec<u64>,
+        mmaps: Vec<String>,
+        hostname: Option<String>,
+        sample_time: Option<(u64, u64)>,
+        compression: Option<(u32, u32)>,
+        has_tracing_data: bool,
+    }
+
+    fn read_back(bytes: &[u8]) -> Seen {
+        let PerfFileReader {
+            mut perf_file,
+            mut record_iter,
+        } = PerfFileReader::parse_file(Cursor::new(bytes)).expect("linux-perf-data parses it");
+        let mut seen = Seen {
+            names: perf_file
+                .event_attributes()
+                .iter()
+                .map(|a| a.name().unwrap_or("?").to_string())
+                .collect(),
+            ids: perf_file
+                .event_attributes()
+                .iter()
+                .map(|a| a.event_ids.clone())
+                .collect(),
+            hostname: perf_file.hostname().unwrap().map(str::to_string),
+            sample_time: perf_file
+                .sample_time_range()
+                .unwrap()
+                .map(|r| (r.first_sample_time, r.last_sample_time)),
+            compression: perf_file
+                .compression_info()
+                .unwrap()
+                .map(|c| (c.type_, c.mmap_len)),
+            has_tracing_data: perf_file
+                .features()
+                .has_feature(linux_perf_data::Feature::TRACING_DATA),
+            ..Default::default()
+        };
+        while let Some(record) = record_iter.next_record(&mut perf_file).unwrap() {
+            let PerfFileRecord::EventRecord { attr_index, record } = record else {
+                continue;
+            };
+            if record.record_type == RecordType(crate::abi::record_type::LOST_SAMPLES) {
+                seen.lost_samples_records += 1;
+                continue;
+            }
+            if let Some(t) = record.timestamp() {
+                seen.times.push(t);
+            }
+            match record.parse().unwrap() {
+                EventRecord::Sample(_) => {
+                    *seen.samples_per_attr.entry(attr_index).or_default() += 1
+                }
+                EventRecord::Comm(c) => seen.comms.push((
+                    c.tid,
+                    String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+                )),
+                EventRecord::Lost(l) => seen.lost.push((l.id, l.count)),
+                EventRecord::Mmap(m) => seen
+                    .mmaps
+                    .push(String::from_utf8_lossy(&m.path.as_slice()).into_owned()),
+                EventRecord::Mmap2(m) => seen
+                    .mmaps
+                    .push(String::from_utf8_lossy(&m.path.as_slice()).into_owned()),
+                _ => {}
+            }
+        }
+        seen
+    }
+
+    fn check(seen: &Seen, spec: &SyntheticSpec) {
+        assert_eq!(
+            seen.names,
+            ["sched:sched_switch", "cpu-clock", "dummy:tracking"]
+        );
+        assert_eq!(seen.ids[0], [1000, 1001]);
+        assert_eq!(seen.ids[2], [3000, 3001]);
+        let per_event = u64::from(spec.cpus * spec.samples_per_cpu);
+        assert_eq!(seen.samples_per_attr.get(&0), Some(&per_event));
+        assert_eq!(seen.samples_per_attr.get(&1), Some(&per_event));
+        assert!(seen.comms.contains(&(KNOWN_PID as i32, KNOWN_COMM.into())));
+        assert!(seen.comms.contains(&(LATE_PID as i32, LATE_COMM.into())));
+        assert!(seen.mmaps.contains(&"[kernel.kallsyms]_text".to_string()));
+        assert!(seen.mmaps.contains(&"/usr/bin/fr-known-task".to_string()));
+        assert_eq!(seen.hostname.as_deref(), Some("testhost"));
+        assert!(seen.has_tracing_data);
+        // The reader sorts by time: synthesized state first, then in order.
+        assert!(seen.times.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(
+            seen.times.first(),
+            Some(&(crate::snapshot::testing::T0 - 1))
+        );
+    }
+
+    #[test]
+    fn uncompressed_file_reads_back_with_every_attr_name_and_record() {
+        let spec = SyntheticSpec::default();
+        let capture = synthetic_capture(&spec);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        let bytes = data.to_vec();
+        assert_eq!(bytes.len() as u64, data.len());
+        assert_eq!(data.summary.samples, 400);
+        let seen = read_back(&bytes);
+        check(&seen, &spec);
+        assert_eq!(seen.compression, None);
+        assert_eq!(seen.lost_samples_records, 0);
+        let t0 = crate::snapshot::testing::T0;
+        assert_eq!(seen.sample_time, Some((t0, t0 + 7 + 99 * 10_000 + 3)));
+    }
+
+    #[test]
+    fn compressed_file_reads_back_the_same_records() {
+        // ~ 2 x 20000 x 2 samples of ~100 bytes: several MiB, many records.
+        let spec = SyntheticSpec {
+            samples_per_cpu: 20_000,
+            ..Default::default()
+        };
+        let capture = synthetic_capture(&spec);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let plain = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        let opts = WriteOptions {
+            compression: Some(3),
+            ..Default::default()
+        };
+        let packed = write_perf_data(&capture, &host, &opts).unwrap();
+        let c = packed.summary.compression.unwrap();
+        assert!(c.input_bytes > 1 << 20, "{c:?}");
+        assert!(packed.len() * 4 < plain.len(), "ratio too low: {c:?}");
+        let seen = read_back(&packed.to_vec());
+        check(&seen, &spec);
+        assert_eq!(seen.compression, Some((1, MAX_RECORD_INPUT as u32)));
+        let plain_seen = read_back(&plain.to_vec());
+        assert_eq!(seen.times, plain_seen.times);
+        assert_eq!(seen.comms, plain_seen.comms);
+    }
+
+    #[test]
+    fn losses_become_lost_and_lost_samples_records() {
+        let spec = SyntheticSpec {
+            lost_while_paused: 17,
+            ..Default::default()
+        };
+        let capture = synthetic_capture(&spec);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        assert_eq!(data.summary.lost_samples, 34);
+        let seen = read_back(&data.to_vec());
+        assert_eq!(seen.lost, [(1000, 17), (1001, 17)]);
+        assert_eq!(seen.lost_samples_records, 2);
+    }
+
+    #[test]
+    fn bad_captures_are_errors() {
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let opts = WriteOptions::default();
+        let empty = Capture::default();
+        assert!(matches!(
+            write_perf_data(&empty, &host, &opts),
+            Err(PerfDataError::NoEvents)
+        ));
+        let mut capture = synthetic_capture(&SyntheticSpec::default());
+        capture.events[0].attr.config = 1;
+        assert!(matches!(
+            write_perf_data(&capture, &host, &opts),
+            Err(PerfDataError::TracepointIdMismatch { .. })
+        ));
+        let mut capture = synthetic_capture(&SyntheticSpec::default());
+        capture.events[1].ids.clear();
+        assert!(matches!(
+            write_perf_data(&capture, &host, &opts),
+            Err(PerfDataError::MissingIds { .. })
+        ));
+        let capture = synthetic_capture(&SyntheticSpec::default());
+        let no_formats = HostInfo::default();
+        assert!(matches!(
+            write_perf_data(&capture, &no_formats, &opts),
+            Err(PerfDataError::MissingTracepointFormat { .. })
+        ));
+        let bad_level = WriteOptions {
+            compression: Some(99),
+            ..Default::default()
+        };
+        assert!(matches!(
+            write_perf_data(&capture, &host, &bad_level),
+            Err(PerfDataError::InvalidCompressionLevel { .. })
+        ));
+    }
+
+    #[test]
+    fn torn_ring_tail_is_cut_off() {
+        let mut capture = synthetic_capture(&SyntheticSpec::default());
+        capture.cpus[0]
+            .records
+            .extend_from_slice(&[9, 0, 0, 0, 0, 0, 200, 0, 1, 2]);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        assert_eq!(data.summary.torn_bytes, 10);
+        check(&read_back(&data.to_vec()), &SyntheticSpec::default());
+    }
+
+    #[test]
+    fn recompressing_a_written_file_keeps_every_record() {
+        let spec = SyntheticSpec {
+            samples_per_cpu: 5_000,
+            ..Default::default()
+        };
+        let capture = synthetic_capture(&spec);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let plain = write_perf_data(&capture, &host, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        let packed = crate::snapshot::reader::recompress(&plain, 5).unwrap();
+        let bytes = packed.to_vec();
+        assert_eq!(bytes.len() as u64, packed.len());
+        let seen = read_back(&bytes);
+        check(&seen, &spec);
+        assert_eq!(seen.times, read_back(&plain).times);
+        assert!(matches!(
+            crate::snapshot::reader::recompress(&bytes, 5),
+            Err(crate::snapshot::reader::ReadError::AlreadyCompressed)
+        ));
+    }
+}
