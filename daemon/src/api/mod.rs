@@ -24,6 +24,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
 use crate::store::{RetentionPolicy, StoreError, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
@@ -366,7 +367,15 @@ impl FlightRecorder for Api {
                 )));
             }
             recorder::compress(&before.path, level).map_err(|e| {
-                if e.is_disk_full() {
+                if matches!(
+                    e,
+                    EngineError::Compress {
+                        already_compressed: true,
+                        ..
+                    }
+                ) {
+                    Status::failed_precondition(format!("snapshot {id} is already compressed"))
+                } else if e.is_disk_full() {
                     Status::resource_exhausted(format!("cannot compress {id}: {e}"))
                 } else {
                     Status::internal(format!("cannot compress {id}: {e}"))

@@ -6,6 +6,8 @@ use std::path::Path;
 use flightrec_config::Config;
 
 use super::engine::{Engine, EngineError};
+use crate::snapshot::output::{self, SnapshotError};
+use crate::snapshot::reader::ReadError;
 
 /// Opens the rings the config asks for.
 pub fn start(_config: &Config) -> Result<Box<dyn Engine>, EngineError> {
@@ -22,13 +24,18 @@ pub fn check_events(_config: &Config) -> Result<(), EngineError> {
 }
 
 /// Replaces the snapshot at `path` by its compressed form; returns its size.
-pub fn compress(path: &Path, _level: i32) -> Result<u64, EngineError> {
-    Err(EngineError::Compress {
-        message: format!(
-            "cannot compress {}: no writer in this build",
-            path.display()
-        ),
-        disk_full: false,
-        already_compressed: false,
-    })
+pub fn compress(path: &Path, level: i32) -> Result<u64, EngineError> {
+    output::compress_snapshot(path, level)
+        .map(|w| w.bytes)
+        .map_err(|e| EngineError::Compress {
+            disk_full: e.is_disk_full(),
+            already_compressed: matches!(
+                &e,
+                SnapshotError::Parse {
+                    source: ReadError::AlreadyCompressed,
+                    ..
+                }
+            ),
+            message: e.to_string(),
+        })
 }

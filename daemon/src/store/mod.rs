@@ -21,6 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::output;
+
 pub use name::{SnapshotName, validate_label};
 pub use retention::RetentionPolicy;
 
@@ -132,9 +134,10 @@ pub struct Usage {
     pub disk_free_bytes: u64,
 }
 
-/// Temporary files: the writer's (`.NAME.tmp-*`) and the sidecar's.
+/// Temporary files (the writer's and the sidecars'), named by
+/// [`output::temp_file_name`]: leftovers of a crash when no dump runs.
 pub fn is_temp_file_name(name: &str) -> bool {
-    name.starts_with('.') && name.contains(".tmp")
+    output::is_temp_file_name(name)
 }
 
 fn meta_file_name(id: &str) -> String {
@@ -449,7 +452,7 @@ mod tests {
         fs::write(d.join(a.file_name()), header(false)).unwrap();
         fs::write(d.join(b.file_name()), header(true)).unwrap();
         // A crash left a writer temp file and a sidecar without snapshot.
-        fs::write(d.join(".box_1-x.perf.data.tmp-123"), b"partial").unwrap();
+        fs::write(d.join(".box_1-x.perf.data.tmp-123-0"), b"partial").unwrap();
         let c = store
             .reserve(None, "api", t0 + Duration::from_secs(2))
             .unwrap();
@@ -489,7 +492,7 @@ mod tests {
             removed,
             vec![
                 format!(".{}.meta", c.id()),
-                ".box_1-x.perf.data.tmp-123".to_string()
+                ".box_1-x.perf.data.tmp-123-0".to_string()
             ]
         );
         // The sequence continues after the highest existing snapshot.
