@@ -44,6 +44,10 @@ pub enum ClientError {
         "permission denied on socket {path} (owned by group {group}; add yourself to it or run as root)"
     )]
     Permission { path: PathBuf, group: String },
+    #[error(
+        "the daemon on {path} closed the connection before answering: your user may not be admitted (the API is for root and group {group})"
+    )]
+    Dropped { path: PathBuf, group: String },
     #[error("cannot connect to {path}: {message}")]
     Connect { path: PathBuf, message: String },
     #[error("{message}")]
@@ -53,21 +57,41 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// `{"error": message, "code": "InvalidArgument", "exit": 1}` for
+    /// `--json` callers (code: the gRPC code, or "Connect"/"Permission").
+    pub fn to_json(&self) -> String {
+        let code = match self {
+            ClientError::Daemon { code, .. } => format!("{code:?}"),
+            ClientError::Permission { .. } | ClientError::Dropped { .. } => {
+                "PermissionDenied".into()
+            }
+            ClientError::Output(_) => "Output".into(),
+            _ => "Connect".into(),
+        };
+        serde_json::json!({ "error": self.to_string(), "code": code, "exit": self.exit_code() })
+            .to_string()
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             ClientError::NoSocket { .. }
             | ClientError::Refused { .. }
             | ClientError::Connect { .. } => EXIT_CONNECT,
-            ClientError::Permission { .. } => EXIT_PERMISSION,
+            ClientError::Permission { .. } | ClientError::Dropped { .. } => EXIT_PERMISSION,
             ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
         }
     }
 }
 
-/// The group that owns `path` (by name if it has one).
+/// The group that owns `path` (by name if it has one), or its directory's
+/// when the socket itself cannot be seen.
 fn socket_group(path: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
-    let Ok(md) = std::fs::metadata(path) else {
+    let md = std::fs::metadata(path).or_else(|e| match path.parent() {
+        Some(dir) => std::fs::metadata(dir),
+        None => Err(e),
+    });
+    let Ok(md) = md else {
         return "unknown".into();
     };
     let gid = md.gid();
@@ -118,9 +142,9 @@ pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, Clien
             }
         }))
         .await
-        .map_err(|e| ClientError::Connect {
+        .map_err(|_| ClientError::Dropped {
             path: path.into(),
-            message: e.to_string(),
+            group: socket_group(path),
         })?;
     Ok(FlightRecorderClient::new(channel))
 }

@@ -191,6 +191,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let json = args.json;
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -204,7 +205,11 @@ fn main() -> ExitCode {
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("snapctl: {e}");
+            if json {
+                eprintln!("{}", e.to_json());
+            } else {
+                eprintln!("snapctl: {e}");
+            }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }

@@ -105,6 +105,8 @@ pub async fn bind_socket(path: &Path, gid: Option<Gid>) -> Result<UnixListener, 
                 path: dir.into(),
                 source,
             })?;
+        // Members of the socket group must be able to reach the socket.
+        set_socket_group(dir, gid)?;
     }
     check_socket_free(path).await?;
     let listener = UnixListener::bind(path).map_err(|source| SocketError::Bind {

@@ -10,8 +10,9 @@
 //!   (an API caller waits for that slot rather than being refused: it asked
 //!   for a snapshot) and no earlier than `post_trigger_delay` after its first
 //!   trigger, so the rings keep recording what follows the trigger;
-//! - on shutdown a dump under way finishes and its callers get the result;
-//!   callers still waiting get [`Outcome::ShuttingDown`].
+//! - on shutdown a dump under way finishes and triggers already accepted
+//!   get one last dump at once (a caller asked for a snapshot); triggers
+//!   after that get [`Outcome::ShuttingDown`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -187,9 +188,9 @@ impl<W> Scheduler<W> {
         self.running = false;
     }
 
-    /// Callers still waiting (on shutdown).
-    pub fn drain_waiters(&mut self) -> Vec<W> {
-        self.pending.take().map(|b| b.waiters).unwrap_or_default()
+    /// The pending batch, whatever its due time (at shutdown).
+    pub fn take_pending(&mut self) -> Option<Batch<W>> {
+        self.pending.take()
     }
 }
 
@@ -277,13 +278,20 @@ pub async fn run<R, F, Fut>(
             }
         }
     }
-    for w in sched.drain_waiters() {
-        let _ = w.send(Outcome::ShuttingDown);
+    // Triggers accepted before the shutdown are honoured with one last
+    // dump, without waiting for their slot; later ones are refused.
+    while let Ok(t) = rx.try_recv() {
+        sched.trigger(Instant::now(), t);
     }
     rx.close();
-    while let Ok(t) = rx.try_recv() {
-        if let Some(w) = t.waiter {
-            let _ = w.send(Outcome::ShuttingDown);
+    if let Some(batch) = sched.take_pending() {
+        let coalesced = batch.triggers > 1;
+        let result = dump(batch.spec(Instant::now())).await;
+        for w in batch.waiters {
+            let _ = w.send(Outcome::Done {
+                result: result.clone(),
+                coalesced,
+            });
         }
     }
 }
@@ -402,13 +410,14 @@ mod tests {
     }
 
     #[test]
-    fn waiters_left_at_shutdown_are_returned() {
+    fn the_pending_batch_can_be_taken_before_its_slot() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(timing(1000, 0));
         s.trigger(t0, t(TriggerKind::Api, None, false, 1));
         assert!(matches!(s.poll(t0), Step::Start(_)));
         s.trigger(t0, t(TriggerKind::Api, None, false, 2));
-        assert_eq!(s.drain_waiters(), vec![2]);
+        assert_eq!(s.take_pending().map(|b| b.waiters), Some(vec![2]));
+        assert!(s.take_pending().is_none());
     }
 
     #[tokio::test(start_paused = true)]
@@ -459,34 +468,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn shutdown_finishes_the_running_dump_and_refuses_the_rest() {
+    async fn shutdown_finishes_the_running_dump_then_the_accepted_ones_then_refuses() {
         let (tx, rx) = mpsc::unbounded_channel::<DumpRequest<u32>>();
         let (_timing_tx, timing_rx) = watch::channel(timing(1000, 0));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(run(rx, timing_rx, stop_rx, |_spec| async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            7u32
+        let n = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let n2 = n.clone();
+        let task = tokio::spawn(run(rx, timing_rx, stop_rx, move |_spec| {
+            let n = n2.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+            }
         }));
         let send = |tx: &mpsc::UnboundedSender<DumpRequest<u32>>| {
             let (w, r) = oneshot::channel();
-            tx.send(Trigger {
+            let sent = tx.send(Trigger {
                 kind: TriggerKind::Signal,
                 label: None,
                 compress: false,
                 waiter: Some(w),
-            })
-            .unwrap();
-            r
+            });
+            (sent.is_ok(), r)
         };
-        let first = send(&tx);
+        let (_, first) = send(&tx);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let second = send(&tx);
+        let (_, second) = send(&tx);
+        tokio::time::sleep(Duration::from_millis(10)).await;
         stop_tx.send(true).unwrap();
         assert!(matches!(
             first.await.unwrap(),
-            Outcome::Done { result: 7, .. }
+            Outcome::Done { result: 1, .. }
         ));
-        assert!(matches!(second.await.unwrap(), Outcome::ShuttingDown));
+        // Accepted before the shutdown, due only in 1s: dumped at once.
+        assert!(matches!(
+            second.await.unwrap(),
+            Outcome::Done { result: 2, .. }
+        ));
         task.await.unwrap();
+        let (sent, _late) = send(&tx);
+        assert!(!sent, "the channel is closed after shutdown");
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }
