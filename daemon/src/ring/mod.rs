@@ -1,1 +1,22 @@
 //! Pure walks over ring-buffer bytes: no syscalls, no `unsafe`.
+//!
+//! Everything here takes byte slices and positions, so it is tested without a
+//! kernel and the kernel tests prove the same functions on live rings:
+//! - [`backward`]: find the intact records of a kernel `write_backward`
+//!   overwrite ring and copy them out (the sample rings).
+//! - [`size_at_end`]: the daemon's own overwrite ring whose records carry a
+//!   trailing size, walked backward from the newest (the tracking log).
+//! - [`records`]: iterate records laid out one after another, as
+//!   [`backward::copy_range`] leaves them.
+//!
+//! All three validate every header they read with the same rules and report
+//! what they cannot trust as a [`Corruption`] instead of panicking.
+
+pub mod backward;
+mod corruption;
+mod linear;
+pub mod size_at_end;
+mod wrap;
+
+pub use corruption::{Corruption, CorruptionReason};
+pub use linear::{Records, records};

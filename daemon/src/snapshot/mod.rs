@@ -4,6 +4,8 @@
 //! [`Capture`] is the hand-off between the capture (kernel side) and the
 //! writer (pure): everything a self-contained perf.data file needs.
 
+pub mod capture;
+
 use std::time::Duration;
 
 use crate::abi::EventAttr;

@@ -1,2 +1,12 @@
 //! Tracking records (comm, fork, exit, mmap2): the drain, the tracking log and
 //! the process table.
+//!
+//! - [`record`]: parsing the records the tracking event emits.
+//! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
+//! - [`procfs`]: the /proc scan that seeds the table at start-up.
+
+pub mod drain;
+pub mod log;
+pub mod process_table;
+pub mod procfs;
+pub mod record;

@@ -1,0 +1,180 @@
+//! Where the time and CPU of a record are, given the `sample_type` of the
+//! event that wrote it: in a SAMPLE record they follow IDENTIFIER, IP and TID
+//! at the front; in any other record they sit in the `sample_id_all` trailer
+//! (TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER) at the end. Pure.
+
+use std::collections::HashMap;
+
+use crate::abi::{HEADER_SIZE, RecordHeader, get_u32, get_u64, record_type, sample};
+
+/// Field offsets for one `sample_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleLayout {
+    sample_type: u64,
+}
+
+impl SampleLayout {
+    pub fn new(sample_type: u64) -> Self {
+        Self { sample_type }
+    }
+
+    fn has(&self, bit: u64) -> bool {
+        self.sample_type & bit != 0
+    }
+
+    /// Offsets of TIME and CPU in a SAMPLE record (from its start).
+    fn sample_offsets(&self) -> (Option<usize>, Option<usize>) {
+        let mut off = HEADER_SIZE;
+        for bit in [sample::IDENTIFIER, sample::IP, sample::TID] {
+            if self.has(bit) {
+                off += 8;
+            }
+        }
+        let time = self.has(sample::TIME).then_some(off);
+        if self.has(sample::TIME) {
+            off += 8;
+        }
+        for bit in [sample::ADDR, sample::ID, sample::STREAM_ID] {
+            if self.has(bit) {
+                off += 8;
+            }
+        }
+        (time, self.has(sample::CPU).then_some(off))
+    }
+
+    /// Offsets of TIME and CPU counted back from the end of a non-sample
+    /// record (the `sample_id_all` trailer).
+    fn trailer_offsets(&self) -> (Option<usize>, Option<usize>) {
+        let mut back = 0;
+        if self.has(sample::IDENTIFIER) {
+            back += 8;
+        }
+        let cpu = self.has(sample::CPU).then(|| {
+            back += 8;
+            back
+        });
+        for bit in [sample::STREAM_ID, sample::ID] {
+            if self.has(bit) {
+                back += 8;
+            }
+        }
+        let time = self.has(sample::TIME).then(|| {
+            back += 8;
+            back
+        });
+        (time, cpu)
+    }
+
+    /// `(time, cpu)` of a whole record, `None` where the record lacks them
+    /// or is too short to hold them.
+    pub fn time_and_cpu(&self, record: &[u8]) -> (Option<u64>, Option<u32>) {
+        let Some(header) = RecordHeader::parse(record) else {
+            return (None, None);
+        };
+        let size = usize::from(header.size).min(record.len());
+        if header.type_ == record_type::SAMPLE {
+            let (time, cpu) = self.sample_offsets();
+            let time = time.filter(|o| o + 8 <= size).map(|o| get_u64(record, o));
+            let cpu = cpu.filter(|o| o + 4 <= size).map(|o| get_u32(record, o));
+            (time, cpu)
+        } else {
+            let (time, cpu) = self.trailer_offsets();
+            let at = |back: usize| size.checked_sub(back).filter(|&o| o >= HEADER_SIZE);
+            let time = time.and_then(at).map(|o| get_u64(record, o));
+            let cpu = cpu.and_then(at).map(|o| get_u32(record, o));
+            (time, cpu)
+        }
+    }
+}
+
+/// The layouts of every event writing into a ring, by kernel id: records
+/// name their event with the IDENTIFIER field (first u64 of a sample, last
+/// u64 of any other record), so rings may mix events of different layouts.
+#[derive(Debug, Clone, Default)]
+pub struct RecordLayouts {
+    by_id: HashMap<u64, SampleLayout>,
+}
+
+impl RecordLayouts {
+    pub fn insert(&mut self, id: u64, sample_type: u64) {
+        self.by_id.insert(id, SampleLayout::new(sample_type));
+    }
+
+    /// The id a record carries in its IDENTIFIER field.
+    pub fn identifier(record: &[u8]) -> Option<u64> {
+        let header = RecordHeader::parse(record)?;
+        let size = usize::from(header.size).min(record.len());
+        if header.type_ == record_type::SAMPLE {
+            (size >= HEADER_SIZE + 8).then(|| get_u64(record, HEADER_SIZE))
+        } else {
+            (size >= HEADER_SIZE + 8).then(|| get_u64(record, size - 8))
+        }
+    }
+
+    /// The layout of the event that wrote `record`.
+    pub fn layout(&self, record: &[u8]) -> Option<SampleLayout> {
+        self.by_id.get(&Self::identifier(record)?).copied()
+    }
+
+    /// `(time, cpu)` of `record`, looked up by its identifier.
+    pub fn time_and_cpu(&self, record: &[u8]) -> (Option<u64>, Option<u32>) {
+        self.layout(record)
+            .map_or((None, None), |l| l.time_and_cpu(record))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::RecordHeader;
+
+    fn record(type_: u32, words: &[u64]) -> Vec<u8> {
+        let size = u16::try_from(8 + 8 * words.len()).unwrap();
+        let mut r = RecordHeader {
+            type_,
+            misc: 0,
+            size,
+        }
+        .to_bytes()
+        .to_vec();
+        for w in words {
+            r.extend_from_slice(&w.to_le_bytes());
+        }
+        r
+    }
+
+    const TRACEPOINT: u64 =
+        sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU | sample::RAW;
+    const CLOCK: u64 = TRACEPOINT & !sample::RAW | sample::IP | sample::PERIOD;
+
+    #[test]
+    fn finds_time_and_cpu_in_samples_of_each_layout() {
+        let mut layouts = RecordLayouts::default();
+        layouts.insert(7, TRACEPOINT);
+        layouts.insert(8, CLOCK);
+        // identifier, tid, time, cpu, raw...
+        let tp = record(record_type::SAMPLE, &[7, 0x1_0000_0002, 1234, 1, 0]);
+        assert_eq!(layouts.time_and_cpu(&tp), (Some(1234), Some(1)));
+        // identifier, ip, tid, time, cpu, period
+        let clk = record(record_type::SAMPLE, &[8, 0xffff_8000, 5, 999, 3, 250_000]);
+        assert_eq!(layouts.time_and_cpu(&clk), (Some(999), Some(3)));
+        // Unknown id: nothing.
+        let other = record(record_type::SAMPLE, &[9, 0, 1, 2]);
+        assert_eq!(layouts.time_and_cpu(&other), (None, None));
+    }
+
+    #[test]
+    fn finds_time_in_the_trailer_of_other_records() {
+        let mut layouts = RecordLayouts::default();
+        layouts.insert(7, TRACEPOINT);
+        // LOST: id, lost, then trailer pid/tid, time, cpu/res, identifier.
+        let lost = record(record_type::LOST, &[7, 12, 0, 4321, 1, 7]);
+        assert_eq!(layouts.time_and_cpu(&lost), (Some(4321), Some(1)));
+        // Too short for its trailer: no time rather than a wrong one.
+        let short = record(record_type::LOST, &[7]);
+        assert_eq!(
+            SampleLayout::new(TRACEPOINT).time_and_cpu(&short),
+            (None, None)
+        );
+    }
+}

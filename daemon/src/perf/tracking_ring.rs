@@ -1,0 +1,143 @@
+//! Per-CPU tracking rings: one software `dummy` event per CPU that emits only
+//! side-band records (COMM, FORK, EXIT, MMAP2), in a forward ring mapped
+//! read-write so the kernel never overwrites what flightrec has not read.
+//! The drain copies `[data_tail, data_head)` out and advances `data_tail`.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::abi::{EventAttr, attr_flag, event_type, read_format, sample, sw_event};
+
+use super::mapping::{Access, RingMap};
+use super::{PerfError, sys};
+
+/// perf's name for its tracking dummy event when recording as root.
+pub const TRACKING_EVENT_NAME: &str = "dummy:HG";
+
+pub struct TrackingRing {
+    cpu: u32,
+    fd: OwnedFd,
+    id: u64,
+    map: RingMap,
+    tail: u64,
+}
+
+/// The tracking event's attr for a ring of `data_size` bytes: wake the reader
+/// when a quarter of the ring is full.
+pub fn tracking_attr(data_size: usize) -> EventAttr {
+    let watermark = u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1);
+    EventAttr {
+        type_: event_type::SOFTWARE,
+        config: sw_event::DUMMY,
+        sample_period_or_freq: 1,
+        sample_type: sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU,
+        read_format: read_format::ID | read_format::LOST,
+        flags: attr_flag::DISABLED
+            | attr_flag::MMAP
+            | attr_flag::COMM
+            | attr_flag::TASK
+            | attr_flag::WATERMARK
+            | attr_flag::SAMPLE_ID_ALL
+            | attr_flag::MMAP2
+            | attr_flag::COMM_EXEC,
+        wakeup: watermark,
+        ..EventAttr::default()
+    }
+}
+
+impl TrackingRing {
+    /// Opens the tracking event on `cpu` with a ring of `data_pages` pages,
+    /// disabled until [`TrackingRing::enable`].
+    pub fn open(cpu: u32, data_pages: usize) -> Result<Self, PerfError> {
+        let page = sys::page_size();
+        let attr = tracking_attr(data_pages.saturating_mul(page));
+        let open_err = |source: std::io::Error| PerfError::Open {
+            event: TRACKING_EVENT_NAME.into(),
+            cpu,
+            reason: sys::open_failure_reason(&source, false),
+            source,
+        };
+        let cpu_arg = i32::try_from(cpu)
+            .map_err(|_| open_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let fd = sys::perf_event_open(&attr, -1, cpu_arg).map_err(open_err)?;
+        let map = RingMap::new(&fd, data_pages, Access::ReadWrite, "tracking", cpu)?;
+        let id = sys::event_id(fd.as_fd()).map_err(|source| PerfError::Ioctl {
+            op: "PERF_EVENT_IOC_ID",
+            event: TRACKING_EVENT_NAME.into(),
+            cpu,
+            source,
+        })?;
+        let tail = map.data_head();
+        Ok(Self {
+            cpu,
+            fd,
+            id,
+            map,
+            tail,
+        })
+    }
+
+    pub fn cpu(&self) -> u32 {
+        self.cpu
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The attr the event was opened with.
+    pub fn attr(&self) -> EventAttr {
+        tracking_attr(self.map.data_size())
+    }
+
+    /// The fd to poll for watermark wakeups.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn enable(&self) -> Result<(), PerfError> {
+        sys::enable(self.fd.as_fd()).map_err(|source| PerfError::Ioctl {
+            op: "PERF_EVENT_IOC_ENABLE",
+            event: TRACKING_EVENT_NAME.into(),
+            cpu: self.cpu,
+            source,
+        })
+    }
+
+    /// Appends every record published since the last drain to `out`
+    /// (linearized across the wrap, whole records only, as the kernel
+    /// publishes them), then releases the space to the kernel. Returns the
+    /// bytes appended.
+    pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
+        let head = self.map.data_head();
+        let size = self.map.data_size();
+        let pending = head.wrapping_sub(self.tail);
+        // A forward ring never holds more than its size; anything else means
+        // the control page cannot be trusted: resynchronize on head.
+        let Ok(len) = usize::try_from(pending) else {
+            self.release(head);
+            return 0;
+        };
+        if len > size {
+            self.release(head);
+            return 0;
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        let mask = (size - 1) as u64;
+        // `tail & mask` < size, so this fits usize.
+        let off = usize::try_from(self.tail & mask).unwrap_or(0);
+        let first = len.min(size - off);
+        let ok = self.map.copy_out(off, &mut out[start..start + first])
+            && self.map.copy_out(0, &mut out[start + first..start + len]);
+        if !ok {
+            out.truncate(start);
+        }
+        self.release(head);
+        out.len() - start
+    }
+
+    fn release(&mut self, head: u64) {
+        self.tail = head;
+        self.map.set_data_tail(head);
+    }
+}

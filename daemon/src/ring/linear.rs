@@ -1,0 +1,147 @@
+//! Records laid out one after another, as a copied-out ring range is.
+
+use super::corruption::{Corruption, CorruptionReason, check_header};
+use crate::abi::{HEADER_SIZE, RecordHeader};
+
+/// Iterates the records of `bytes`, each item the whole record (header
+/// included). The first record that fails validation is returned as an
+/// error and ends the iteration: past it, record boundaries are unknown.
+pub fn records(bytes: &[u8]) -> Records<'_> {
+    Records {
+        bytes,
+        offset: 0,
+        done: false,
+    }
+}
+
+/// Iterator returned by [`records`].
+#[derive(Debug, Clone)]
+pub struct Records<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// Offset of the next record in the slice: after a full iteration
+    /// without error, the number of bytes that were valid records.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    fn next_record(&self) -> Result<(RecordHeader, &'a [u8]), CorruptionReason> {
+        let rest = &self.bytes[self.offset..];
+        let remaining = rest.len() as u64;
+        let Some(header) = RecordHeader::parse(rest) else {
+            return Err(CorruptionReason::Truncated {
+                size: HEADER_SIZE as u64,
+                remaining,
+            });
+        };
+        check_header(&header, u64::from(u16::MAX))?;
+        let size = usize::from(header.size);
+        match rest.get(..size) {
+            Some(record) => Ok((header, record)),
+            None => Err(CorruptionReason::Truncated {
+                size: size as u64,
+                remaining,
+            }),
+        }
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<(RecordHeader, &'a [u8]), Corruption>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.offset >= self.bytes.len() {
+            return None;
+        }
+        match self.next_record() {
+            Ok((header, record)) => {
+                self.offset += record.len();
+                Some(Ok((header, record)))
+            }
+            Err(reason) => {
+                self.done = true;
+                Some(Err(Corruption {
+                    offset: self.offset as u64,
+                    reason,
+                }))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::record_type;
+
+    fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
+        let mut r = RecordHeader {
+            type_,
+            misc: 0,
+            size,
+        }
+        .to_bytes()
+        .to_vec();
+        r.resize(usize::from(size).max(HEADER_SIZE), fill);
+        r
+    }
+
+    #[test]
+    fn yields_each_record_whole() {
+        let a = record(record_type::SAMPLE, 24, 0xaa);
+        let b = record(record_type::COMM, 8, 0);
+        let bytes = [a.clone(), b.clone()].concat();
+        let got: Vec<_> = records(&bytes).map(|r| r.unwrap()).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0.type_, record_type::SAMPLE);
+        assert_eq!(got[0].1, &a[..]);
+        assert_eq!(got[1].1, &b[..]);
+        assert_eq!(records(&[]).count(), 0);
+    }
+
+    #[test]
+    fn stops_at_the_first_bad_record() {
+        let good = record(record_type::SAMPLE, 16, 1);
+        let cases: [(Vec<u8>, CorruptionReason); 5] = [
+            (
+                record(record_type::SAMPLE, 0, 0),
+                CorruptionReason::SizeTooSmall { size: 0 },
+            ),
+            (
+                record(record_type::SAMPLE, 12, 0),
+                CorruptionReason::SizeUnaligned { size: 12 },
+            ),
+            (record(0, 8, 0), CorruptionReason::UnknownType { type_: 0 }),
+            (
+                record(record_type::SAMPLE, 32, 0)[..24].to_vec(),
+                CorruptionReason::Truncated {
+                    size: 32,
+                    remaining: 24,
+                },
+            ),
+            (
+                vec![1, 0, 0],
+                CorruptionReason::Truncated {
+                    size: 8,
+                    remaining: 3,
+                },
+            ),
+        ];
+        for (bad, reason) in cases {
+            // Nothing after a bad record is read, even a good one; a truncated
+            // record can only be the last.
+            let mut bytes = [good.clone(), bad].concat();
+            if !matches!(reason, CorruptionReason::Truncated { .. }) {
+                bytes.extend_from_slice(&good);
+            }
+            let got: Vec<_> = records(&bytes).collect();
+            assert_eq!(got.len(), 2, "{reason}");
+            assert!(got[0].is_ok());
+            assert_eq!(got[1], Err(Corruption { offset: 16, reason }));
+        }
+    }
+}

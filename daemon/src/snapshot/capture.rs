@@ -1,0 +1,453 @@
+//! Capture: the per-CPU sample rings, the tracking drain and the tracking
+//! log behind one [`Recorder`], and the freeze-walk-copy that turns them into
+//! a [`Capture`].
+//!
+//! A capture pauses each CPU's ring only for a memcpy of its used bytes
+//! (CPUs in parallel, seed 05), resumes it, and only then walks the copy:
+//! `data_head` is re-read after the copy, and if a writer that was already
+//! past the pause check moved it by `d` bytes, the oldest `d` bytes of the
+//! window are not trusted (RING.md). The tracking rings are drained after
+//! the sample rings resume, so the log covers every sample of the window;
+//! the window's tracking records are found by the size-at-end backward walk
+//! over the log, and the process state at the window start by folding the
+//! older log records into a copy of the process table.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::{Capture, CpuCapture, EventDescriptor, ProcessState};
+use crate::perf::cpus::{CpuListError, online_cpus};
+use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
+use crate::perf::layout::RecordLayouts;
+use crate::perf::sample_ring::SampleRing;
+use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingRing};
+use crate::perf::{PerfError, data_pages_for, page_size};
+use crate::ring::Corruption;
+use crate::ring::backward::{copy_range, find_range_limited};
+use crate::ring::size_at_end::SizeAtEndError;
+use crate::tracking::drain::{DrainThread, Tracking};
+use crate::tracking::log::{TrackingLog, TrackingLogStatus};
+use crate::tracking::process_table::{ProcessCounts, ProcessTable};
+use crate::tracking::procfs::seed_from_proc;
+
+/// What to record and how much of it to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecorderConfig {
+    pub events: Vec<EventSpec>,
+    /// Per-CPU sample ring, rounded up to a power-of-two number of pages.
+    pub ring_bytes_per_cpu: u64,
+    /// Per-CPU tracking ring, rounded up likewise.
+    pub tracking_ring_bytes_per_cpu: u64,
+    /// The user-space tracking log (all CPUs), rounded up to 8 bytes.
+    pub tracking_log_bytes: u64,
+}
+
+impl Default for RecorderConfig {
+    fn default() -> Self {
+        Self {
+            events: Vec::new(),
+            ring_bytes_per_cpu: 1 << 20,
+            tracking_ring_bytes_per_cpu: 256 << 10,
+            tracking_log_bytes: 16 << 20,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("no events configured")]
+    NoEvents,
+    #[error(transparent)]
+    Event(#[from] EventError),
+    #[error(transparent)]
+    Cpus(#[from] CpuListError),
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    #[error("creating the {bytes}-byte tracking log failed: {source}")]
+    TrackingLog {
+        bytes: u64,
+        #[source]
+        source: SizeAtEndError,
+    },
+    #[error("starting the tracking drain thread failed: {0}")]
+    DrainThread(#[source] std::io::Error),
+    #[error("walking the tracking log failed: {0}")]
+    TrackingWalk(#[source] Corruption),
+    #[error("the capture of CPU {cpu} panicked")]
+    CpuPanicked { cpu: u32 },
+}
+
+/// Per-CPU health.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuStatus {
+    pub cpu: u32,
+    pub ring_bytes: u64,
+    /// Samples dropped since start (only while a capture paused the ring).
+    pub lost_samples: u64,
+    /// Tracking records the kernel could not write (ring full).
+    pub lost_tracking_records: u64,
+    /// Bytes of a tracking ring that were not valid records.
+    pub tracking_malformed_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecorderStatus {
+    pub cpus: Vec<CpuStatus>,
+    pub tracking_log: TrackingLogStatus,
+    pub processes: ProcessCounts,
+    pub captures: u64,
+}
+
+struct CpuRing {
+    ring: SampleRing,
+    /// The copy target, kept (and its pages touched) between captures so
+    /// the paused memcpy never page-faults.
+    scratch: Mutex<Vec<u8>>,
+    last_lost: AtomicU64,
+}
+
+/// Records continuously; [`Recorder::capture`] freezes and copies.
+pub struct Recorder {
+    // Declared first: dropped (stopped and joined) before the rings close.
+    drain: Option<DrainThread>,
+    rings: Vec<CpuRing>,
+    events: Vec<EventDescriptor>,
+    layouts: RecordLayouts,
+    tracking: Arc<Mutex<Tracking>>,
+    kernel_text: Option<u64>,
+    capture_lock: Mutex<()>,
+    captures: AtomicU64,
+}
+
+/// `_text` from /proc/kallsyms (`ffffffff81000000 T _text`); `None` when
+/// absent or hidden (kptr_restrict shows zeros).
+pub fn parse_kallsyms_text(kallsyms: &str) -> Option<u64> {
+    kallsyms.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let addr = f.next()?;
+        let _kind = f.next()?;
+        (f.next()? == "_text")
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
+            .filter(|&a| a != 0)
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Recorder {
+    /// Resolves the events, opens and maps every ring, seeds the process
+    /// table from /proc, enables everything and starts the drain thread.
+    pub fn start(config: &RecorderConfig) -> Result<Self, CaptureError> {
+        if config.events.is_empty() {
+            return Err(CaptureError::NoEvents);
+        }
+        let resolved: Vec<ResolvedEvent> = config
+            .events
+            .iter()
+            .map(EventSpec::resolve)
+            .collect::<Result<_, _>>()?;
+        let cpus = online_cpus()?;
+        let page = page_size();
+        let sample_pages = data_pages_for(config.ring_bytes_per_cpu, page)?;
+        let tracking_pages = data_pages_for(config.tracking_ring_bytes_per_cpu, page)?;
+
+        // Tracking first, so nothing between the /proc scan and the first
+        // sample goes unseen.
+        let tracking_rings: Vec<TrackingRing> = cpus
+            .iter()
+            .map(|&cpu| TrackingRing::open(cpu, tracking_pages))
+            .collect::<Result<_, _>>()?;
+        for ring in &tracking_rings {
+            ring.enable()?;
+        }
+        let mut table = ProcessTable::default();
+        seed_from_proc(std::path::Path::new("/proc"), &mut table);
+        let log = TrackingLog::new(config.tracking_log_bytes, table).map_err(|source| {
+            CaptureError::TrackingLog {
+                bytes: config.tracking_log_bytes,
+                source,
+            }
+        })?;
+
+        let mut rings = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let ring = SampleRing::open(cpu, &resolved, sample_pages)?;
+            let mut scratch = vec![0u8; ring.data_size()];
+            // Write every page now (calloc'ed pages are mapped lazily).
+            for byte in scratch.iter_mut().step_by(page) {
+                *byte = std::hint::black_box(0);
+            }
+            rings.push(CpuRing {
+                ring,
+                scratch: Mutex::new(scratch),
+                last_lost: AtomicU64::new(0),
+            });
+        }
+
+        let mut layouts = RecordLayouts::default();
+        let mut events = Vec::with_capacity(resolved.len() + 1);
+        for (i, event) in resolved.iter().enumerate() {
+            let ids: Vec<u64> = rings.iter().map(|r| r.ring.ids()[i]).collect();
+            for &id in &ids {
+                layouts.insert(id, event.attr.sample_type);
+            }
+            events.push(EventDescriptor {
+                name: event.name.clone(),
+                attr: event.attr,
+                ids,
+                tracepoint: event.tracepoint(),
+            });
+        }
+        let tracking_attr = tracking_rings[0].attr();
+        for ring in &tracking_rings {
+            layouts.insert(ring.id(), tracking_attr.sample_type);
+        }
+        events.push(EventDescriptor {
+            name: TRACKING_EVENT_NAME.to_string(),
+            attr: tracking_attr,
+            ids: tracking_rings.iter().map(TrackingRing::id).collect(),
+            tracepoint: None,
+        });
+
+        for ring in &rings {
+            ring.ring.enable()?;
+        }
+        let mut tracking = Tracking::new(tracking_rings, log);
+        tracking.drain();
+        let tracking = Arc::new(Mutex::new(tracking));
+        let drain = DrainThread::spawn(Arc::clone(&tracking)).map_err(CaptureError::DrainThread)?;
+        let kernel_text = std::fs::read_to_string("/proc/kallsyms")
+            .ok()
+            .and_then(|k| parse_kallsyms_text(&k));
+        Ok(Self {
+            drain: Some(drain),
+            rings,
+            events,
+            layouts,
+            tracking,
+            kernel_text,
+            capture_lock: Mutex::new(()),
+            captures: AtomicU64::new(0),
+        })
+    }
+
+    /// Sample events (in config order), then the tracking event.
+    pub fn events(&self) -> &[EventDescriptor] {
+        &self.events
+    }
+
+    /// The CPUs recorded, ascending.
+    pub fn cpus(&self) -> Vec<u32> {
+        self.rings.iter().map(|r| r.ring.cpu()).collect()
+    }
+
+    /// Freezes every sample ring in turn (in parallel), copies, resumes,
+    /// then walks the copies and the tracking log.
+    pub fn capture(&self) -> Result<Capture, CaptureError> {
+        self.capture_with_pause_hook(&|_| {})
+    }
+
+    /// [`Recorder::capture`] calling `hook(cpu)` while that CPU's ring is
+    /// paused, after its copy: tests and benchmarks use it to stretch or
+    /// observe the pause.
+    pub fn capture_with_pause_hook(
+        &self,
+        hook: &(dyn Fn(u32) + Sync),
+    ) -> Result<Capture, CaptureError> {
+        let _one_at_a_time = lock(&self.capture_lock);
+        let results: Vec<Result<CpuCapture, PerfError>> = self
+            .rings
+            .par_iter()
+            .map(|cpu| capture_cpu(cpu, &self.layouts, hook))
+            .collect();
+        let cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let window_start_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
+
+        let mut tracking = lock(&self.tracking);
+        tracking.drain();
+        let window = tracking
+            .log()
+            .window(window_start_ns)
+            .map_err(CaptureError::TrackingWalk)?;
+        let tracking_lost = tracking.lost_total();
+        if window_start_ns > 0 {
+            // Windows only move forward: no later one needs these.
+            tracking.log_mut().forget_exited_before(window_start_ns);
+        }
+        drop(tracking);
+        self.captures.fetch_add(1, Ordering::Relaxed);
+        Ok(Capture {
+            events: self.events.clone(),
+            cpus,
+            processes: window.processes,
+            tracking_records: window.records,
+            tracking_record_count: window.count,
+            tracking_lost,
+            window_start_ns,
+            kernel_text: self.kernel_text,
+        })
+    }
+
+    /// Drains the tracking rings now (captures do this themselves).
+    pub fn drain_tracking(&self) -> usize {
+        lock(&self.tracking).drain()
+    }
+
+    /// The thread `tid` as the process table and the whole tracking log
+    /// know it now (exited threads included until forgotten).
+    pub fn process(&self, tid: u32) -> Result<Option<ProcessState>, CaptureError> {
+        let tracking = lock(&self.tracking);
+        let table = tracking
+            .log()
+            .current_table()
+            .map_err(CaptureError::TrackingWalk)?;
+        Ok(table.lookup(tid))
+    }
+
+    pub fn status(&self) -> RecorderStatus {
+        let tracking = lock(&self.tracking);
+        let lost_tracking = tracking.lost_per_cpu();
+        let malformed = tracking.malformed_per_cpu();
+        let cpus = self
+            .rings
+            .iter()
+            .map(|r| {
+                let cpu = r.ring.cpu();
+                let lost_samples = match r.ring.lost() {
+                    Ok(n) => {
+                        r.last_lost.store(n, Ordering::Relaxed);
+                        n
+                    }
+                    Err(_) => r.last_lost.load(Ordering::Relaxed),
+                };
+                let find =
+                    |v: &[(u32, u64)]| v.iter().find(|(c, _)| *c == cpu).map_or(0, |&(_, n)| n);
+                CpuStatus {
+                    cpu,
+                    ring_bytes: r.ring.data_size() as u64,
+                    lost_samples,
+                    lost_tracking_records: find(&lost_tracking),
+                    tracking_malformed_bytes: find(&malformed),
+                }
+            })
+            .collect();
+        RecorderStatus {
+            cpus,
+            tracking_log: tracking.log().status(),
+            processes: tracking.log().process_counts(),
+            captures: self.captures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // Stop the drain before the rings it polls are closed.
+        self.drain.take();
+    }
+}
+
+fn capture_cpu(
+    cpu: &CpuRing,
+    layouts: &RecordLayouts,
+    hook: &(dyn Fn(u32) + Sync),
+) -> Result<CpuCapture, PerfError> {
+    let ring = &cpu.ring;
+    let lost_before = ring.lost()?;
+    let mut scratch = lock(&cpu.scratch);
+
+    let started = Instant::now();
+    ring.pause()?;
+    let head = ring.data_head();
+    ring.copy_used(head, &mut scratch);
+    hook(ring.cpu());
+    let head_after = ring.data_head();
+    let resumed = ring.resume();
+    let pause = started.elapsed();
+    resumed?;
+
+    // Writers past the pause check when it took effect overwrote the
+    // oldest bytes of the window as they finished.
+    let moved = head.wrapping_sub(head_after);
+    let size = scratch.len() as u64;
+    let range = find_range_limited(&scratch, head, size.saturating_sub(moved));
+    let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
+    copy_range(&scratch, &range, &mut records);
+    drop(scratch);
+
+    let lost_after = ring.lost()?;
+    cpu.last_lost.store(lost_after, Ordering::Relaxed);
+    let summary = summarize(&mut records, layouts);
+    Ok(CpuCapture {
+        cpu: ring.cpu(),
+        record_count: summary.count,
+        ring_bytes: size,
+        wrapped: range.wrapped,
+        oldest_ns: summary.oldest,
+        newest_ns: summary.newest,
+        lost_while_paused: lost_after.saturating_sub(lost_before),
+        lost_since_start: lost_after,
+        pause,
+        corruption: range
+            .corruption
+            .map(|c| c.to_string())
+            .or(summary.corruption),
+        records,
+    })
+}
+
+struct Summary {
+    count: u64,
+    oldest: Option<u64>,
+    newest: Option<u64>,
+    corruption: Option<String>,
+}
+
+/// Counts the linear records and finds their time span; a record that does
+/// not parse ends the records (they are truncated before it).
+fn summarize(records: &mut Vec<u8>, layouts: &RecordLayouts) -> Summary {
+    let mut summary = Summary {
+        count: 0,
+        oldest: None,
+        newest: None,
+        corruption: None,
+    };
+    let mut iter = crate::ring::records(records);
+    for item in iter.by_ref() {
+        match item {
+            Ok((_, record)) => {
+                summary.count += 1;
+                if let (Some(t), _) = layouts.time_and_cpu(record) {
+                    summary.oldest = Some(summary.oldest.map_or(t, |o| o.min(t)));
+                    summary.newest = Some(summary.newest.map_or(t, |n| n.max(t)));
+                }
+            }
+            Err(c) => {
+                summary.corruption = Some(c.to_string());
+                break;
+            }
+        }
+    }
+    let valid = iter.offset();
+    records.truncate(valid);
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_text_is_found_and_zero_means_hidden() {
+        let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
+        assert_eq!(parse_kallsyms_text(k), Some(0xffff_ffff_8100_0000));
+        assert_eq!(parse_kallsyms_text("0000000000000000 T _text\n"), None);
+        assert_eq!(parse_kallsyms_text("ffffffff81000000 T _stext\n"), None);
+    }
+}

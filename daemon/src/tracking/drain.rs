@@ -1,0 +1,174 @@
+//! The tracking drain: per-CPU tracking rings emptied into the tracking log
+//! by a dedicated thread that the kernel wakes (epoll on the ring fds, which
+//! signal when a ring reaches its watermark), plus a periodic drain so a
+//! quiet ring's records do not wait for the watermark too long.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+
+use super::log::TrackingLog;
+use super::record::{TrackingRecord, parse, record_time};
+use crate::perf::tracking_ring::TrackingRing;
+use crate::ring::records;
+
+/// How often the drain runs without a wakeup.
+pub const DRAIN_INTERVAL_MS: u16 = 250;
+
+/// The tracking rings and what was drained from them.
+pub struct Tracking {
+    rings: Vec<TrackingRing>,
+    log: TrackingLog,
+    /// Records the kernel could not write, per ring (from LOST records).
+    lost: Vec<u64>,
+    /// Bytes in a ring that did not parse as records, per ring.
+    malformed: Vec<u64>,
+    scratch: Vec<u8>,
+    batch: Vec<(u64, usize, usize)>,
+}
+
+impl Tracking {
+    pub fn new(rings: Vec<TrackingRing>, log: TrackingLog) -> Self {
+        let n = rings.len();
+        Self {
+            rings,
+            log,
+            lost: vec![0; n],
+            malformed: vec![0; n],
+            scratch: Vec::new(),
+            batch: Vec::new(),
+        }
+    }
+
+    pub fn rings(&self) -> &[TrackingRing] {
+        &self.rings
+    }
+
+    pub fn log(&self) -> &TrackingLog {
+        &self.log
+    }
+
+    pub fn log_mut(&mut self) -> &mut TrackingLog {
+        &mut self.log
+    }
+
+    /// `(cpu, lost records)` per tracking ring.
+    pub fn lost_per_cpu(&self) -> Vec<(u32, u64)> {
+        self.rings
+            .iter()
+            .map(|r| r.cpu())
+            .zip(self.lost.iter().copied())
+            .collect()
+    }
+
+    pub fn lost_total(&self) -> u64 {
+        self.lost.iter().sum()
+    }
+
+    /// Bytes of ring data that were not valid records, per ring.
+    pub fn malformed_per_cpu(&self) -> Vec<(u32, u64)> {
+        self.rings
+            .iter()
+            .map(|r| r.cpu())
+            .zip(self.malformed.iter().copied())
+            .collect()
+    }
+
+    /// Empties every ring into the log, this round's records sorted by
+    /// time so the log stays (nearly) in time order across CPUs. Returns the
+    /// records appended.
+    pub fn drain(&mut self) -> usize {
+        self.scratch.clear();
+        self.batch.clear();
+        for (i, ring) in self.rings.iter_mut().enumerate() {
+            let start = self.scratch.len();
+            ring.drain(&mut self.scratch);
+            let mut iter = records(&self.scratch[start..]);
+            loop {
+                let offset = start + iter.offset();
+                let Some(Ok((_, record))) = iter.next() else {
+                    break;
+                };
+                let time = record_time(record).unwrap_or(0);
+                if let Some(parsed) = parse(record)
+                    && let TrackingRecord::Lost { lost, .. } = parsed.record
+                {
+                    self.lost[i] = self.lost[i].saturating_add(lost);
+                }
+                self.batch.push((time, offset, record.len()));
+            }
+            let valid = iter.offset();
+            let total = self.scratch.len() - start;
+            self.malformed[i] += (total.saturating_sub(valid)) as u64;
+        }
+        // Stable: records of one CPU with equal times keep their order.
+        self.batch.sort_by_key(|&(time, _, _)| time);
+        for &(_, offset, len) in &self.batch {
+            self.log.append(&self.scratch[offset..offset + len]);
+        }
+        self.batch.len()
+    }
+}
+
+/// The thread that drains [`Tracking`] when the kernel says a ring is at
+/// its watermark. Dropping it stops and joins the thread.
+pub struct DrainThread {
+    stop: Arc<EventFd>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl DrainThread {
+    pub fn spawn(tracking: Arc<Mutex<Tracking>>) -> io::Result<Self> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let stop = Arc::new(EventFd::new()?);
+        epoll.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, u64::MAX))?;
+        {
+            let guard = tracking.lock().unwrap_or_else(PoisonError::into_inner);
+            for (i, ring) in guard.rings().iter().enumerate() {
+                epoll.add(ring.fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
+            }
+        }
+        let stop_in_thread = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("tracking-drain".into())
+            .spawn(move || drain_loop(&epoll, &stop_in_thread, &tracking))?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) {
+    let mut events = [EpollEvent::empty(); 64];
+    loop {
+        let n = match epoll.wait(&mut events, EpollTimeout::from(DRAIN_INTERVAL_MS)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            // Cannot wait any more: stop rather than spin; captures still
+            // drain on their own.
+            Err(_) => return,
+        };
+        if events[..n].iter().any(|e| e.data() == u64::MAX) {
+            let _ = stop.read();
+            return;
+        }
+        tracking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain();
+    }
+}
+
+impl Drop for DrainThread {
+    fn drop(&mut self) {
+        let _ = self.stop.write(1);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}

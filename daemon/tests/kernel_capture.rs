@@ -1,0 +1,235 @@
+//! Sample rings on the real kernel: wrap, walk, copy, and the samples lost
+//! while a capture holds a ring paused. Needs root (see `require_root`).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use flightrecd::abi::{get_u64, record_type, sample};
+use flightrecd::perf::event::EventSpec;
+use flightrecd::perf::layout::SampleLayout;
+use flightrecd::snapshot::CpuCapture;
+use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::unistd::Pid;
+
+/// True when running as root; under CI=true not being root is a failure.
+fn require_root(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: needs root (perf events, tracefs) and CI=true forbids skipping"
+        );
+        eprintln!("{test}: skipped, not root");
+    }
+    root
+}
+
+fn pin_to(cpu: u32) {
+    let mut set = CpuSet::new();
+    set.set(cpu as usize).expect("cpu in range");
+    sched_setaffinity(Pid::from_raw(0), &set).expect("sched_setaffinity");
+}
+
+/// Two threads per CPU, pinned to it, bouncing a byte over a socket pair:
+/// every bounce is a context switch on that CPU.
+struct SwitchLoad {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<u64>>,
+}
+
+impl SwitchLoad {
+    fn start(cpus: &[u32]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for &cpu in cpus {
+            let (mut a, mut b) = UnixStream::pair().expect("socketpair");
+            let stop_a = Arc::clone(&stop);
+            threads.push(std::thread::spawn(move || {
+                pin_to(cpu);
+                let mut n = 0u64;
+                let mut byte = [0u8; 1];
+                while !stop_a.load(Ordering::Relaxed) {
+                    if a.write_all(&byte).is_err() || a.read_exact(&mut byte).is_err() {
+                        break;
+                    }
+                    n += 1;
+                }
+                n
+            }));
+            threads.push(std::thread::spawn(move || {
+                pin_to(cpu);
+                let mut byte = [0u8; 1];
+                while b.read_exact(&mut byte).is_ok() {
+                    if b.write_all(&byte).is_err() {
+                        break;
+                    }
+                }
+                0
+            }));
+        }
+        Self { stop, threads }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
+    }
+}
+
+fn sched_switch_recorder(ring_bytes: u64) -> Recorder {
+    let config = RecorderConfig {
+        events: vec![EventSpec::new("sched:sched_switch")],
+        ring_bytes_per_cpu: ring_bytes,
+        ..RecorderConfig::default()
+    };
+    Recorder::start(&config).expect("recorder starts")
+}
+
+/// Every record of a CPU capture, checked: each is a SAMPLE or LOST, sample
+/// times strictly decrease from newest to oldest, and the sample's CPU field
+/// is the ring's CPU. Returns the LOST counts seen.
+fn check_cpu(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
+    let layout = SampleLayout::new(sample_type);
+    let mut previous: Option<u64> = None;
+    let mut count = 0u64;
+    let mut lost = Vec::new();
+    for item in flightrecd::ring::records(&c.records) {
+        let (header, record) = item.unwrap_or_else(|e| panic!("CPU {}: {e}", c.cpu));
+        count += 1;
+        match header.type_ {
+            record_type::SAMPLE => {
+                let (time, cpu) = layout.time_and_cpu(record);
+                let time = time.expect("sample has a time");
+                assert_eq!(cpu, Some(c.cpu), "sample in the ring of CPU {}", c.cpu);
+                if let Some(newer) = previous {
+                    assert!(
+                        time < newer,
+                        "CPU {}: times must decrease newest to oldest ({time} after {newer})",
+                        c.cpu
+                    );
+                }
+                previous = Some(time);
+            }
+            record_type::LOST => lost.push(get_u64(record, 16)),
+            other => panic!("CPU {}: unexpected record type {other}", c.cpu),
+        }
+    }
+    assert_eq!(count, c.record_count, "CPU {}: record count", c.cpu);
+    assert!(c.corruption.is_none(), "CPU {}: {:?}", c.cpu, c.corruption);
+    lost
+}
+
+#[test]
+fn wrapped_rings_walk_whole_and_ordered() {
+    if !require_root("wrapped_rings_walk_whole_and_ordered") {
+        return;
+    }
+    let recorder = sched_switch_recorder(16 * 1024);
+    let cpus = recorder.cpus();
+    let sample_type = recorder.events()[0].attr.sample_type;
+    assert_ne!(sample_type & sample::RAW, 0);
+    let load = SwitchLoad::start(&cpus);
+    std::thread::sleep(Duration::from_millis(400));
+    // Captured under load: the writer race is live.
+    let capture = recorder.capture().expect("capture");
+    let bounces = load.stop();
+    assert!(bounces > 10_000, "load made only {bounces} round trips");
+
+    assert_eq!(capture.cpus.len(), cpus.len());
+    for c in &capture.cpus {
+        // ~110-byte records, 16 KiB ring: 10k switches is ~70 wraps.
+        assert!(c.wrapped, "CPU {} ring did not wrap", c.cpu);
+        assert_eq!(c.ring_bytes, 16 * 1024);
+        let lost = check_cpu(c, sample_type);
+        // A switch landing inside a microsecond-long pause is lost and
+        // reported, but only a handful.
+        assert!(lost.iter().sum::<u64>() < 100 && c.lost_while_paused < 100);
+        let bytes = c.records.len() as u64;
+        assert!(
+            bytes * 100 >= c.ring_bytes * 99,
+            "CPU {}: recovered {bytes} of {} bytes",
+            c.cpu,
+            c.ring_bytes
+        );
+        let (oldest, newest) = (c.oldest_ns.unwrap(), c.newest_ns.unwrap());
+        assert!(oldest < newest);
+        eprintln!(
+            "CPU {}: {} records, {bytes} bytes, {:.3} ms span, paused {:?}",
+            c.cpu,
+            c.record_count,
+            (newest - oldest) as f64 / 1e6,
+            c.pause
+        );
+    }
+    assert_eq!(
+        capture.window_start_ns,
+        capture
+            .cpus
+            .iter()
+            .filter_map(|c| c.oldest_ns)
+            .min()
+            .unwrap()
+    );
+    assert_eq!(capture.events.len(), 2);
+    assert_eq!(capture.events[1].name, "dummy:HG");
+    assert_eq!(capture.events[0].ids.len(), cpus.len());
+}
+
+#[test]
+fn samples_lost_while_paused_show_after_resume() {
+    if !require_root("samples_lost_while_paused_show_after_resume") {
+        return;
+    }
+    // Big enough that the LOST record written at resume is still in the
+    // ring at the next capture.
+    let recorder = sched_switch_recorder(4 << 20);
+    let cpus = recorder.cpus();
+    let sample_type = recorder.events()[0].attr.sample_type;
+    let load = SwitchLoad::start(&cpus);
+    std::thread::sleep(Duration::from_millis(100));
+    // Hold each ring paused for 50 ms while the load keeps switching.
+    let paused = recorder
+        .capture_with_pause_hook(&|_| std::thread::sleep(Duration::from_millis(50)))
+        .expect("capture");
+    let after = recorder.capture().expect("second capture");
+    load.stop();
+
+    for (p, a) in paused.cpus.iter().zip(&after.cpus) {
+        assert!(p.pause >= Duration::from_millis(50));
+        assert!(
+            p.lost_while_paused > 0,
+            "CPU {}: switches during a 50 ms pause must be lost",
+            p.cpu
+        );
+        assert_eq!(p.lost_since_start, p.lost_while_paused);
+        // The short pause of a plain capture loses next to nothing; the
+        // counters add up.
+        assert!(a.lost_while_paused < p.lost_while_paused);
+        assert_eq!(a.lost_since_start, p.lost_since_start + a.lost_while_paused);
+        // The first write after resume tells perf how much was lost.
+        let lost = check_cpu(a, sample_type);
+        assert_eq!(
+            lost.iter().sum::<u64>(),
+            p.lost_while_paused,
+            "CPU {}: the LOST record after resume counts what the pause lost",
+            a.cpu
+        );
+    }
+    let status = recorder.status();
+    for (s, a) in status.cpus.iter().zip(&after.cpus) {
+        assert_eq!(s.lost_samples, a.lost_since_start);
+    }
+    eprintln!(
+        "lost while paused: {:?}",
+        paused
+            .cpus
+            .iter()
+            .map(|c| c.lost_while_paused)
+            .collect::<Vec<_>>()
+    );
+}

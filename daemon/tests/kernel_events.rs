@@ -1,0 +1,134 @@
+//! Event resolution and opening on the real kernel: each kind of bad event
+//! fails with a message naming the event and the reason. Needs root.
+
+use flightrecd::perf::event::EventSpec;
+use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+
+/// True when running as root; under CI=true not being root is a failure.
+fn require_root(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: needs root (perf events, tracefs) and CI=true forbids skipping"
+        );
+        eprintln!("{test}: skipped, not root");
+    }
+    root
+}
+
+fn start_error(spec: EventSpec) -> String {
+    let config = RecorderConfig {
+        events: vec![spec],
+        ring_bytes_per_cpu: 16 << 10,
+        tracking_ring_bytes_per_cpu: 16 << 10,
+        tracking_log_bytes: 64 << 10,
+    };
+    match Recorder::start(&config) {
+        Ok(_) => panic!("recorder started"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_events_fail_with_clear_messages() {
+    if !require_root("bad_events_fail_with_clear_messages") {
+        return;
+    }
+    assert!(
+        start_error(EventSpec::new("not-an-event")).starts_with("unknown event 'not-an-event'")
+    );
+    assert_eq!(
+        start_error(EventSpec::new("sched:no_such_tracepoint")),
+        "tracepoint 'sched:no_such_tracepoint' does not exist: \
+         /sys/kernel/tracing/events/sched/no_such_tracepoint/id is missing"
+    );
+    // This VM has no hardware PMU.
+    if !std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        assert_eq!(
+            start_error(EventSpec::new("cycles")),
+            "hardware event 'cycles' is not available: this machine has no CPU PMU \
+             (/sys/bus/event_source/devices/cpu does not exist)"
+        );
+    }
+    let filtered = EventSpec {
+        filter: Some("prev_pid ==".into()),
+        ..EventSpec::new("sched:sched_switch")
+    };
+    let msg = start_error(filtered);
+    assert!(
+        msg.starts_with("filter 'prev_pid ==' rejected for sched:sched_switch: "),
+        "{msg}"
+    );
+    eprintln!("{msg}");
+    assert_eq!(
+        start_error(EventSpec {
+            frequency: Some(10_000_000),
+            ..EventSpec::new("cpu-clock")
+        }),
+        format!(
+            "event 'cpu-clock': frequency 10000000 Hz is above \
+             kernel.perf_event_max_sample_rate ({} Hz)",
+            std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+                .unwrap()
+                .trim()
+        )
+    );
+}
+
+#[test]
+fn good_filters_and_software_events_open() {
+    if !require_root("good_filters_and_software_events_open") {
+        return;
+    }
+    let config = RecorderConfig {
+        events: vec![
+            EventSpec {
+                filter: Some("prev_pid != 0".into()),
+                ..EventSpec::new("sched:sched_switch")
+            },
+            EventSpec {
+                callchain: true,
+                ..EventSpec::new("cpu-clock")
+            },
+            EventSpec::new("cs"),
+        ],
+        ring_bytes_per_cpu: 64 << 10,
+        tracking_ring_bytes_per_cpu: 16 << 10,
+        tracking_log_bytes: 64 << 10,
+    };
+    let recorder = Recorder::start(&config).expect("recorder starts");
+    let names: Vec<&str> = recorder.events().iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["sched:sched_switch", "cpu-clock", "cs", "dummy:HG"]);
+    let ncpus = recorder.cpus().len();
+    let mut ids: Vec<u64> = recorder
+        .events()
+        .iter()
+        .flat_map(|e| e.ids.clone())
+        .collect();
+    assert_eq!(ids.len(), 4 * ncpus);
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4 * ncpus, "every fd has its own kernel id");
+    // Spin a little so cpu-clock fires.
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    while std::time::Instant::now() < until {
+        std::hint::black_box(0u64);
+    }
+    let capture = recorder.capture().expect("capture");
+    let sample_ids: std::collections::HashSet<u64> = capture
+        .cpus
+        .iter()
+        .flat_map(|c| flightrecd::ring::records(&c.records))
+        .filter_map(|r| {
+            let (h, rec) = r.ok()?;
+            (h.type_ == flightrecd::abi::record_type::SAMPLE)
+                .then(|| flightrecd::abi::get_u64(rec, 8))
+        })
+        .collect();
+    let clock_ids = &recorder.events()[1].ids;
+    assert!(
+        clock_ids.iter().any(|id| sample_ids.contains(id)),
+        "cpu-clock samples share the rings"
+    );
+}

@@ -1,0 +1,136 @@
+//! Tracking on the real kernel: a child's FORK, exec COMM, MMAP2 and EXIT
+//! reach the tracking log, the capture's window and the process table.
+//! Needs root (see `require_root`).
+
+use std::process::Command;
+
+use flightrecd::perf::event::EventSpec;
+use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
+
+/// True when running as root; under CI=true not being root is a failure.
+fn require_root(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: needs root (perf events, tracefs) and CI=true forbids skipping"
+        );
+        eprintln!("{test}: skipped, not root");
+    }
+    root
+}
+
+fn recorder(tracking_log_bytes: u64) -> Recorder {
+    Recorder::start(&RecorderConfig {
+        events: vec![EventSpec::new("sched:sched_switch")],
+        ring_bytes_per_cpu: 1 << 20,
+        tracking_ring_bytes_per_cpu: 64 << 10,
+        tracking_log_bytes,
+    })
+    .expect("recorder starts")
+}
+
+/// Runs `sh -c 'exec /bin/sleep 0.01'` to completion; returns its pid.
+fn run_child() -> u32 {
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "exec /bin/sleep 0.01"])
+        .spawn()
+        .expect("spawn sh");
+    let pid = child.id();
+    assert!(child.wait().expect("wait").success());
+    pid
+}
+
+fn parsed(records: &[u8]) -> Vec<Parsed> {
+    flightrecd::ring::records(records)
+        .map(|r| parse(r.expect("tracking record is intact").1).expect("parses"))
+        .collect()
+}
+
+#[test]
+fn child_fork_exec_exit_are_in_the_window_and_the_table() {
+    if !require_root("child_fork_exec_exit_are_in_the_window_and_the_table") {
+        return;
+    }
+    let recorder = recorder(4 << 20);
+    let pid = run_child();
+    let capture = recorder.capture().expect("capture");
+    let records = parsed(&capture.tracking_records);
+    assert_eq!(records.len() as u64, capture.tracking_record_count);
+    let times: Vec<u64> = records.iter().map(|p| p.time).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first");
+    assert!(times.iter().all(|&t| t >= capture.window_start_ns));
+
+    let me = std::process::id();
+    let fork = records
+        .iter()
+        .find(|p| matches!(p.record, TrackingRecord::Fork { pid: f, tid, .. } if f == pid && tid == pid))
+        .expect("FORK of the child");
+    let TrackingRecord::Fork { ppid, .. } = fork.record else {
+        unreachable!()
+    };
+    assert_eq!(ppid, me);
+    let exec = records
+        .iter()
+        .find(|p| {
+            matches!(&p.record, TrackingRecord::Comm { pid: c, comm, exec: true, .. }
+                if *c == pid && comm == "sleep")
+        })
+        .expect("exec COMM 'sleep' of the child");
+    let mmap = records
+        .iter()
+        .find(|p| {
+            matches!(&p.record, TrackingRecord::Mmap { pid: m, map, .. }
+                if *m == pid && map.filename.ends_with("/sleep"))
+        })
+        .expect("MMAP2 of the sleep binary");
+    let exit = records
+        .iter()
+        .find(|p| matches!(p.record, TrackingRecord::Exit { pid: e, tid, .. } if e == pid && tid == pid))
+        .expect("EXIT of the child");
+    assert!(fork.time < exec.time && exec.time <= mmap.time && mmap.time < exit.time);
+
+    // The window starts before the child existed; this test process was
+    // seeded from /proc with its comm and executable.
+    assert!(!capture.processes.iter().any(|p| p.tid == pid));
+    let own = capture
+        .processes
+        .iter()
+        .find(|p| p.tid == me)
+        .expect("this process at the window start");
+    let own_comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    assert_eq!(own.comm, own_comm.trim_end());
+    assert!(!own.maps.is_empty());
+
+    let child = recorder.process(pid).unwrap().expect("child known");
+    assert_eq!((child.comm.as_str(), child.ppid), ("sleep", me));
+    let status = recorder.status();
+    assert!(status.cpus.iter().all(|c| c.lost_tracking_records == 0));
+    assert_eq!(status.tracking_log.rejected, 0);
+}
+
+#[test]
+fn records_evicted_from_a_small_log_stay_resolvable() {
+    if !require_root("records_evicted_from_a_small_log_stay_resolvable") {
+        return;
+    }
+    let recorder = recorder(8 << 10);
+    let pid = run_child();
+    // Each short-lived process adds fork/comm/mmap2/exit records: far more
+    // than 8 KiB, so the child's records leave the log for the table.
+    for _ in 0..40 {
+        assert!(Command::new("/bin/true").status().unwrap().success());
+    }
+    recorder.drain_tracking();
+    let status = recorder.status();
+    assert!(status.tracking_log.evicted > 0, "{status:?}");
+    assert!(status.tracking_log.used <= 8 << 10);
+    let child = recorder.process(pid).unwrap().expect("child still known");
+    assert_eq!(child.comm, "sleep");
+    assert!(
+        child.maps.iter().any(|m| m.filename.ends_with("/sleep")),
+        "{:?}",
+        child.maps
+    );
+}
