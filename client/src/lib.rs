@@ -142,27 +142,60 @@ pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, Clien
             }
         }))
         .await
-        .map_err(|_| ClientError::Dropped {
-            path: path.into(),
-            group: socket_group(path),
+        .map_err(|e| {
+            if admitted(path) {
+                ClientError::Connect {
+                    path: path.into(),
+                    message: format!("the daemon closed the connection ({e})"),
+                }
+            } else {
+                ClientError::Dropped {
+                    path: path.into(),
+                    group: socket_group(path),
+                }
+            }
         })?;
     Ok(FlightRecorderClient::new(channel))
 }
 
-/// A failed call: a daemon error keeps its message; a connection the daemon
-/// dropped before answering usually means the peer was not admitted.
+/// Whether the daemon's peer check would admit us: root, or a member of the
+/// socket's group (the socket's owner is root in practice).
+fn admitted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let Ok(md) = std::fs::metadata(path) else {
+        return false;
+    };
+    let gid = nix::unistd::Gid::from_raw(md.gid());
+    md.uid() == nix::unistd::geteuid().as_raw()
+        || nix::unistd::getegid() == gid
+        || nix::unistd::getgroups().is_ok_and(|g| g.contains(&gid))
+}
+
+/// A failed call: a daemon error keeps its message. A connection closed
+/// before any answer (a transport error, not a status the daemon sent) is a
+/// refused peer when we would not be admitted, else a daemon gone away.
 pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
-    let transport =
-        status.code() == tonic::Code::Unavailable && !status.message().contains("shutting down");
+    let from_daemon = status.metadata().contains_key("content-type")
+        || status.message().contains("shutting down");
+    let transport = !from_daemon
+        && matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown
+        )
+        && std::error::Error::source(&status).is_some();
     if transport {
+        if !admitted(path) {
+            return ClientError::Dropped {
+                path: path.into(),
+                group: socket_group(path),
+            };
+        }
         return ClientError::Connect {
             path: path.into(),
-            message: format!(
-                "the daemon closed the connection ({}); if it runs, your user may not be \
-                 admitted: the socket is for root and group {}",
-                status.message(),
-                socket_group(path)
-            ),
+            message: format!("the daemon closed the connection ({})", status.message()),
         };
     }
     ClientError::Daemon {
