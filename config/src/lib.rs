@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use toml::Spanned;
+pub use toml::Spanned;
 
 pub use units::{ByteSize, HumanDuration};
 

@@ -801,3 +801,72 @@ pub fn describe_source(loaded: &LoadedConfig) -> String {
         |p: &Path| p.display().to_string(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(text: &str) -> LoadedConfig {
+        LoadedConfig::parse(text, Path::new("/etc/f.toml")).unwrap()
+    }
+
+    #[test]
+    fn a_missing_group_is_an_error_only_when_written_in_the_file() {
+        let named = loaded("[daemon]\nsocket_group = \"no-such-group-zz\"\n");
+        let err = resolve_group(&named).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "/etc/f.toml:2:16: daemon.socket_group: group \"no-such-group-zz\" does not exist"
+            ),
+            "{err}"
+        );
+        let mut defaults = LoadedConfig::defaults();
+        if let Some(g) = defaults.config.daemon.socket_group.as_mut() {
+            *g = flightrec_config::Spanned::new(0..0, "no-such-group-zz".to_string());
+        }
+        assert!(resolve_group(&defaults).unwrap().is_none());
+        let root = loaded("[daemon]\nsocket_group = \"root\"\n");
+        assert_eq!(resolve_group(&root).unwrap().map(|g| g.1.as_raw()), Some(0));
+        assert!(resolve_group(&loaded("[daemon]\n")).is_ok());
+    }
+
+    #[test]
+    fn an_absent_default_file_means_defaults_but_an_explicit_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.toml");
+        let implicit = ConfigSource {
+            path: missing.clone(),
+            explicit: false,
+        };
+        let l = implicit.load().unwrap();
+        assert!(l.path.is_none());
+        assert_eq!(l.config, Config::default());
+        let explicit = ConfigSource {
+            path: missing,
+            explicit: true,
+        };
+        assert!(matches!(explicit.load(), Err(ConfigError::Read { .. })));
+    }
+
+    #[test]
+    fn engine_errors_naming_an_event_point_at_it() {
+        let l = loaded("[[event]]\nname = \"cpu-clock\"\n\n[[event]]\nname = \"sched:nope\"\n");
+        let e = EngineError::Start {
+            message: "tracepoint 'sched:nope' does not exist".into(),
+            event: Some(1),
+        };
+        assert_eq!(
+            engine_error_in_config(&l, e).to_string(),
+            "/etc/f.toml:5:8: tracepoint 'sched:nope' does not exist"
+        );
+    }
+
+    #[test]
+    fn retention_from_config_treats_zero_as_no_limit() {
+        let c = loaded("[retention]\nmax_snapshots = 0\nmax_bytes = \"1MiB\"\nmax_age = \"0s\"\n");
+        let p = retention_of(&c.config);
+        assert_eq!(p.max_snapshots, None);
+        assert_eq!(p.max_bytes, Some(1 << 20));
+        assert_eq!(p.max_age, None);
+    }
+}

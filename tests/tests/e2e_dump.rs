@@ -409,3 +409,30 @@ fn bad_config_exits_2_with_line_and_column() {
     assert!(printed.contains("max_snapshots = 3"), "{printed}");
     assert!(printed.contains("name = \"cpu-clock\""), "{printed}");
 }
+
+#[test]
+fn post_trigger_delay_and_compress_on_demand() {
+    if !require_root("post_trigger_delay_and_compress_on_demand") {
+        return;
+    }
+    let d = Daemon::start(
+        "[snapshot]\ncompression = \"none\"\npost_trigger_delay = \"400ms\"\nmin_interval = \"0s\"\n",
+    );
+    let _load = Load::start();
+    let asked = Instant::now();
+    let v = d.json(&["dump", "--compress"]);
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_millis(400),
+        "answered after {took:?}"
+    );
+    assert!(
+        v["timings"]["wait_ns"].as_u64().unwrap() >= 400_000_000,
+        "{v}"
+    );
+    assert_eq!(v["compressed"], true);
+    let path = Path::new(v["path"].as_str().unwrap());
+    let script = perf_script(path, &["-F", "event"]);
+    assert!(!script.is_empty());
+    assert_eq!(d.list()[0]["compressed"], true);
+}

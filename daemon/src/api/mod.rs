@@ -519,6 +519,35 @@ mod tests {
     }
 
     #[test]
+    fn store_errors_map_to_grpc_codes_naming_the_field() {
+        let s = store_status(StoreError::InvalidLabel {
+            label: "../x".into(),
+            reason: "it starts with a dot".into(),
+        });
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            s.message(),
+            "label: invalid label \"../x\": it starts with a dot"
+        );
+        let s = store_status(StoreError::InvalidId { id: "a/b".into() });
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().starts_with("id: invalid snapshot id \"a/b\""));
+        let s = store_status(StoreError::NotFound { id: "x".into() });
+        assert_eq!(s.code(), tonic::Code::NotFound);
+        let s = store_status(StoreError::WriteMeta {
+            path: "/s/.x.meta".into(),
+            source: io::Error::from_raw_os_error(libc::ENOSPC),
+        });
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        let s = store_status(StoreError::ReadDir {
+            path: "/s".into(),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        });
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert!(s.message().contains("/s"));
+    }
+
+    #[test]
     fn admission_follows_the_socket_permissions() {
         // Socket owned by root (0), group 990.
         assert!(admits(0, 0, &[], 0, Some(990)));
