@@ -132,3 +132,32 @@ fn good_filters_and_software_events_open() {
         "cpu-clock samples share the rings"
     );
 }
+
+#[test]
+fn hardware_open_without_pmu_is_explained_by_the_kernel_error_too() {
+    if !require_root("hardware_open_without_pmu_is_explained_by_the_kernel_error_too") {
+        return;
+    }
+    if std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        eprintln!("this machine has a CPU PMU; nothing to check");
+        return;
+    }
+    // Pretend a PMU is there so resolution passes and the kernel decides.
+    let fake = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fake.path().join("cpu")).unwrap();
+    let paths = flightrecd::perf::event::SystemPaths {
+        pmu_devices: fake.path().to_path_buf(),
+        ..Default::default()
+    };
+    let event = EventSpec::new("instructions")
+        .resolve_with(&paths)
+        .expect("resolves with a pretend PMU");
+    let err = match flightrecd::perf::sample_ring::SampleRing::open(0, &[event], 1) {
+        Ok(_) => panic!("opened a hardware event without a PMU"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.starts_with("perf_event_open for instructions on CPU 0 failed: the kernel has no hardware PMU for it"),
+        "{err}"
+    );
+}

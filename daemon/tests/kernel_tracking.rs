@@ -134,3 +134,37 @@ fn records_evicted_from_a_small_log_stay_resolvable() {
         child.maps
     );
 }
+
+#[test]
+fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
+    if !require_root("drain_thread_keeps_small_tracking_rings_from_overflowing") {
+        return;
+    }
+    let recorder = Recorder::start(&RecorderConfig {
+        events: vec![EventSpec::new("sched:sched_switch")],
+        ring_bytes_per_cpu: 64 << 10,
+        // 4 pages: the watermark wakes the drain every 4 KiB of records.
+        tracking_ring_bytes_per_cpu: 16 << 10,
+        tracking_log_bytes: 4 << 20,
+    })
+    .expect("recorder starts");
+    let before = recorder.status().tracking_log.records;
+    for _ in 0..150 {
+        assert!(Command::new("/bin/true").status().unwrap().success());
+    }
+    // No explicit drain: only the drain thread moves records into the log.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let status = recorder.status();
+    assert_eq!(status.tracking_drain_failure, None);
+    // fork + comm + several mmap2 + exit per process, ~100 bytes each:
+    // well over the 32 KiB the two rings hold together.
+    assert!(
+        status.tracking_log.records - before > 150 * 4,
+        "{} records drained",
+        status.tracking_log.records - before
+    );
+    for cpu in &status.cpus {
+        assert_eq!(cpu.lost_tracking_records, 0, "CPU {}", cpu.cpu);
+        assert_eq!(cpu.tracking_malformed_bytes, 0, "CPU {}", cpu.cpu);
+    }
+}

@@ -58,7 +58,7 @@ struct AttrBytes([u8; ATTR_SIZE]);
 
 /// `perf_event_open(attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)`.
 pub fn perf_event_open(attr: &EventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    let bytes = AttrBytes(attr.to_bytes());
+    let mut bytes = AttrBytes(attr.to_bytes());
     let group_fd: libc::c_int = -1;
     // SAFETY: the attr buffer is a local we own, valid for the ATTR_SIZE bytes
     // its `size` field announces, and outlives the call (on E2BIG the kernel
@@ -66,7 +66,7 @@ pub fn perf_event_open(attr: &EventAttr, pid: i32, cpu: i32) -> io::Result<Owned
     let ret = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
-            bytes.0.as_ptr(),
+            bytes.0.as_mut_ptr(),
             pid,
             cpu,
             group_fd,

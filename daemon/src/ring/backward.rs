@@ -110,8 +110,8 @@ pub fn find_range_limited(data: &[u8], head: u64, trusted_len: u64) -> RecordRan
         if remaining == 0 {
             break at_bound;
         }
-        // Only reached with an unaligned head or trusted_len: the header
-        // itself is not all inside the usable bytes.
+        // A header not all inside the usable bytes (only possible with an
+        // unaligned head or trusted_len) is a record that does not fit.
         let size = if remaining < HEADER_SIZE as u64 {
             HEADER_SIZE as u64
         } else {

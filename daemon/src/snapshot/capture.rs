@@ -99,6 +99,8 @@ pub struct RecorderStatus {
     pub tracking_log: TrackingLogStatus,
     pub processes: ProcessCounts,
     pub captures: u64,
+    /// Set when the drain thread stopped by itself (captures still drain).
+    pub tracking_drain_failure: Option<String>,
 }
 
 struct CpuRing {
@@ -342,6 +344,7 @@ impl Recorder {
             tracking_log: tracking.log().status(),
             processes: tracking.log().process_counts(),
             captures: self.captures.load(Ordering::Relaxed),
+            tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
     }
 }
@@ -352,6 +355,9 @@ impl Drop for Recorder {
         self.drain.take();
     }
 }
+
+/// Shortest time between pausing a ring and re-reading its `data_head`.
+pub const WRITER_GRACE: std::time::Duration = std::time::Duration::from_micros(5);
 
 fn capture_cpu(
     cpu: &CpuRing,
@@ -364,9 +370,16 @@ fn capture_cpu(
 
     let started = Instant::now();
     ring.pause()?;
+    let paused_at = Instant::now();
     let head = ring.data_head();
     ring.copy_used(head, &mut scratch);
     hook(ring.cpu());
+    // A writer already past the pause check finishes within microseconds
+    // (output runs with preemption off); a tiny ring's copy can be quicker,
+    // so give it that long before asking how far it moved data_head.
+    while paused_at.elapsed() < WRITER_GRACE {
+        std::hint::spin_loop();
+    }
     let head_after = ring.data_head();
     let resumed = ring.resume();
     let pause = started.elapsed();
@@ -442,6 +455,49 @@ fn summarize(records: &mut Vec<u8>, layouts: &RecordLayouts) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(id: u64, time: u64) -> Vec<u8> {
+        let mut r = crate::abi::RecordHeader {
+            type_: crate::abi::record_type::SAMPLE,
+            misc: 0,
+            size: 40,
+        }
+        .to_bytes()
+        .to_vec();
+        // identifier, tid, time, cpu
+        for w in [id, 1, time, 0] {
+            r.extend_from_slice(&w.to_le_bytes());
+        }
+        r
+    }
+
+    #[test]
+    fn summary_spans_the_records_and_cuts_at_corruption() {
+        use crate::abi::sample;
+        let mut layouts = RecordLayouts::default();
+        layouts.insert(
+            5,
+            sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU,
+        );
+        let mut records = [sample(5, 300), sample(5, 200), sample(9, 7), sample(5, 100)].concat();
+        let whole = records.len();
+        let s = summarize(&mut records, &layouts);
+        assert_eq!((s.count, s.oldest, s.newest), (4, Some(100), Some(300)));
+        assert!(s.corruption.is_none());
+        assert_eq!(records.len(), whole);
+
+        let mut bad = [sample(5, 300), vec![0xff; 16], sample(5, 100)].concat();
+        let s = summarize(&mut bad, &layouts);
+        assert_eq!((s.count, s.oldest, s.newest), (1, Some(300), Some(300)));
+        assert!(s.corruption.is_some());
+        assert_eq!(bad.len(), 40, "records cut before the bad header");
+    }
+
+    #[test]
+    fn recorder_is_shareable_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Recorder>();
+    }
 
     #[test]
     fn kallsyms_text_is_found_and_zero_means_hidden() {

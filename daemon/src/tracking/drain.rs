@@ -118,6 +118,8 @@ impl Tracking {
 /// its watermark. Dropping it stops and joins the thread.
 pub struct DrainThread {
     stop: Arc<EventFd>,
+    /// Why the thread stopped on its own, if it did.
+    failure: Arc<Mutex<Option<String>>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -133,17 +135,36 @@ impl DrainThread {
             }
         }
         let stop_in_thread = Arc::clone(&stop);
+        let failure = Arc::new(Mutex::new(None));
+        let failure_in_thread = Arc::clone(&failure);
         let handle = std::thread::Builder::new()
             .name("tracking-drain".into())
-            .spawn(move || drain_loop(&epoll, &stop_in_thread, &tracking))?;
+            .spawn(move || {
+                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking) {
+                    let msg = format!("waiting for tracking ring wakeups failed: {e}");
+                    tracing::error!("{msg}; tracking records are now drained only by captures");
+                    *failure_in_thread
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(msg);
+                }
+            })?;
         Ok(Self {
             stop,
+            failure,
             handle: Some(handle),
         })
     }
+
+    /// Why the thread stopped by itself (it normally runs until dropped).
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
-fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) {
+fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) -> nix::Result<()> {
     let mut events = [EpollEvent::empty(); 64];
     loop {
         let n = match epoll.wait(&mut events, EpollTimeout::from(DRAIN_INTERVAL_MS)) {
@@ -151,11 +172,11 @@ fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) {
             Err(nix::errno::Errno::EINTR) => 0,
             // Cannot wait any more: stop rather than spin; captures still
             // drain on their own.
-            Err(_) => return,
+            Err(e) => return Err(e),
         };
         if events[..n].iter().any(|e| e.data() == u64::MAX) {
             let _ = stop.read();
-            return;
+            return Ok(());
         }
         tracking
             .lock()

@@ -290,6 +290,36 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let parsed = parse(&bytes);
+            let _ = record_time(&bytes);
+            // Whatever parses folds into a table without panicking.
+            if let Some(p) = parsed {
+                let mut table = crate::tracking::process_table::ProcessTable::default();
+                table.apply(&p);
+                let _ = table.state_at(p.time);
+            }
+        }
+
+        #[test]
+        fn any_record_type_in_a_valid_frame_keeps_its_time(
+            type_ in 1u32..=21, time in proptest::prelude::any::<u64>(), words in 3usize..12
+        ) {
+            let mut rec = build::lost(0, 0, time);
+            rec.resize(8 + 8 * words + 32, 0);
+            let size = u16::try_from(rec.len()).unwrap();
+            rec[..8].copy_from_slice(&RecordHeader { type_, misc: 0, size }.to_bytes());
+            let n = rec.len();
+            rec[n - 24..n - 16].copy_from_slice(&time.to_le_bytes());
+            proptest::prop_assert_eq!(record_time(&rec), Some(time));
+            if let Some(p) = parse(&rec) {
+                proptest::prop_assert_eq!(p.time, time);
+            }
+        }
+    }
+
     #[test]
     fn truncated_or_tiny_records_do_not_parse() {
         let rec = build::comm(1, 1, "x", false, 1);

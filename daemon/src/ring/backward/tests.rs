@@ -343,6 +343,20 @@ fn newest_fitting(written: &[Vec<u8>], limit: u64) -> Vec<Vec<u8>> {
     kept
 }
 
+/// Expected end of a walk over `total` written bytes in a ring of `size`.
+fn expected_end(total: u64, size: u64, trusted: u64, kept: &[Vec<u8>]) -> RangeEnd {
+    let kept: u64 = kept.iter().map(|r| r.len() as u64).sum();
+    if trusted < total.min(size) {
+        RangeEnd::TrustLimit
+    } else if total <= size {
+        RangeEnd::Start
+    } else if kept == size {
+        RangeEnd::Full
+    } else {
+        RangeEnd::Torn
+    }
+}
+
 fn check_walk(ring: &KernelRing, range: &RecordRange, expected: &[Vec<u8>]) {
     let bytes = ring.copy(range);
     assert_eq!(range.records, expected.len() as u64);
@@ -364,7 +378,9 @@ proptest! {
         let total: u64 = written.iter().map(|r| r.len() as u64).sum();
         let range = ring.range();
         prop_assert_eq!(range.wrapped, total > size as u64);
-        check_walk(&ring, &range, &newest_fitting(&written, size as u64));
+        let expected = newest_fitting(&written, size as u64);
+        prop_assert_eq!(range.end, expected_end(total, size as u64, u64::MAX, &expected));
+        check_walk(&ring, &range, &expected);
     }
 
     #[test]
@@ -374,8 +390,11 @@ proptest! {
     ) {
         let mut ring = KernelRing::new(size);
         written.iter().for_each(|r| ring.write(r));
+        let total: u64 = written.iter().map(|r| r.len() as u64).sum();
         let range = find_range_limited(&ring.data, ring.head, trusted);
-        check_walk(&ring, &range, &newest_fitting(&written, trusted.min(size as u64)));
+        let expected = newest_fitting(&written, trusted.min(size as u64));
+        prop_assert_eq!(range.end, expected_end(total, size as u64, trusted, &expected));
+        check_walk(&ring, &range, &expected);
     }
 
     #[test]

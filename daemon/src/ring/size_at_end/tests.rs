@@ -180,7 +180,7 @@ fn three_records() -> SizeAtEndRing {
 /// from C: B's trailer sits at 40..48, its header at 24..32.
 #[test]
 fn each_damaged_frame_is_reported_where_it_is() {
-    let cases: [(usize, Vec<u8>, CorruptionReason); 7] = [
+    let cases: [(usize, Vec<u8>, CorruptionReason); 8] = [
         (
             40,
             0u64.to_le_bytes().to_vec(),
@@ -222,6 +222,14 @@ fn each_damaged_frame_is_reported_where_it_is() {
             CorruptionReason::TrailerMismatch {
                 trailer: 16,
                 header: 24,
+            },
+        ),
+        (
+            30,
+            8u16.to_le_bytes().to_vec(),
+            CorruptionReason::TrailerMismatch {
+                trailer: 16,
+                header: 8,
             },
         ),
         (
