@@ -1,5 +1,7 @@
 //! The `snapctl` binary: a thin wrapper over the library.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

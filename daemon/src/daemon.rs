@@ -768,30 +768,53 @@ async fn watch_losses(state: Arc<State>) {
         if let Some((prev_id, prev)) = &last
             && *prev_id == id
         {
-            for &(cpu, lost, lost_tracking) in &status.cpus {
-                let (p_lost, p_tracking) = prev
-                    .cpus
-                    .iter()
-                    .find(|c| c.0 == cpu)
-                    .map_or((0, 0), |c| (c.1, c.2));
-                for (ring, now, before) in [
-                    ("samples", lost, p_lost),
-                    ("tracking", lost_tracking, p_tracking),
-                ] {
-                    if now > before {
-                        tracing::warn!(cpu, ring, lost = now - before, total = now, "records lost");
-                        state.publish(pb::watch_event::Kind::Loss(pb::LossDetected {
-                            cpu,
-                            ring: ring.into(),
-                            lost: now - before,
-                            total: now,
-                        }));
-                    }
+            for loss in loss_growth(prev, &status) {
+                if loss.ring == "tracking" {
+                    tracing::warn!(
+                        cpu = loss.cpu,
+                        lost = loss.lost,
+                        total = loss.total,
+                        "tracking records lost: snapshots may miss process names or maps"
+                    );
+                } else {
+                    tracing::info!(
+                        cpu = loss.cpu,
+                        lost = loss.lost,
+                        total = loss.total,
+                        "samples lost while a capture paused the ring"
+                    );
                 }
+                state.publish(pb::watch_event::Kind::Loss(loss));
             }
         }
         last = Some((id, status));
     }
+}
+
+/// Loss counters that grew between two status readings, per CPU and ring.
+pub fn loss_growth(prev: &EngineStatus, now: &EngineStatus) -> Vec<pb::LossDetected> {
+    let mut out = Vec::new();
+    for &(cpu, lost, lost_tracking) in &now.cpus {
+        let (p_lost, p_tracking) = prev
+            .cpus
+            .iter()
+            .find(|c| c.0 == cpu)
+            .map_or((0, 0), |c| (c.1, c.2));
+        for (ring, total, before) in [
+            ("samples", lost, p_lost),
+            ("tracking", lost_tracking, p_tracking),
+        ] {
+            if total > before {
+                out.push(pb::LossDetected {
+                    cpu,
+                    ring: ring.into(),
+                    lost: total - before,
+                    total,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The daemon's own config path for messages.
@@ -859,6 +882,31 @@ mod tests {
             engine_error_in_config(&l, e).to_string(),
             "/etc/f.toml:5:8: tracepoint 'sched:nope' does not exist"
         );
+    }
+
+    #[test]
+    fn loss_growth_reports_what_grew_per_cpu_and_ring() {
+        let prev = EngineStatus {
+            cpus: vec![(0, 5, 0), (1, 0, 2)],
+            ..Default::default()
+        };
+        let now = EngineStatus {
+            cpus: vec![(0, 5, 1), (1, 7, 2), (2, 3, 0)],
+            ..Default::default()
+        };
+        let got: Vec<(u32, String, u64, u64)> = loss_growth(&prev, &now)
+            .into_iter()
+            .map(|l| (l.cpu, l.ring, l.lost, l.total))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "tracking".to_string(), 1, 1),
+                (1, "samples".to_string(), 7, 7),
+                (2, "samples".to_string(), 3, 3),
+            ]
+        );
+        assert!(loss_growth(&now, &now).is_empty());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The `flightrecd` binary: a thin wrapper over the library.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
