@@ -337,10 +337,30 @@ fn sigterm_finishes_the_dump_under_way_and_removes_the_socket() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // A watcher holds a stream open: shutdown must not wait for it.
+    let watcher = d
+        .snapctl_cmd(&["watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // SIGTERM while the accepted dump waits out its post-trigger delay.
     std::thread::sleep(Duration::from_millis(200));
+    let stopping = Instant::now();
     let status = d.stop();
     assert_eq!(status.code(), Some(0), "{}", d.log_text());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+    let watched = watcher.wait_with_output().unwrap();
+    assert_eq!(watched.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&watched.stderr).contains("ended the stream"),
+        "{}",
+        String::from_utf8_lossy(&watched.stderr)
+    );
     let out = client.wait_with_output().unwrap();
     assert!(
         out.status.success(),
