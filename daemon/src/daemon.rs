@@ -580,6 +580,17 @@ pub fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
     })
 }
 
+/// RELOADING=1 with the MONOTONIC_USEC systemd 253+ requires beside it.
+fn notify_reloading() {
+    let mut states = vec![sd_notify::NotifyState::Reloading];
+    if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+        states.push(now);
+    }
+    if let Err(e) = sd_notify::notify(&states) {
+        tracing::warn!("cannot notify systemd: {e}");
+    }
+}
+
 fn notify(state: sd_notify::NotifyState<'_>) {
     if let Err(e) = sd_notify::notify(&[state]) {
         tracing::warn!("cannot notify systemd: {e}");
@@ -739,7 +750,7 @@ fn spawn_signal_handlers(state: Arc<State>) -> Result<tokio::task::JoinHandle<()
                 _ = hup.recv() => {
                     let st = state.clone();
                     tokio::spawn(async move {
-                        notify(sd_notify::NotifyState::Reloading);
+                        notify_reloading();
                         let _ = st.reload().await;
                         notify(sd_notify::NotifyState::Ready);
                     });
