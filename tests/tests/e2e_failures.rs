@@ -273,3 +273,56 @@ fn a_missing_socket_group_is_a_clear_start_error() {
     assert!(msg.contains("flightrec.toml:13:8: "), "{msg}");
     assert!(msg.contains("no_such_tracepoint"), "{msg}");
 }
+
+#[test]
+fn systemd_is_told_ready_once_listening_and_stopping_on_sigterm() {
+    if !require_root("systemd_is_told_ready") {
+        return;
+    }
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flightrec.toml");
+    std::fs::write(&config, test_config(dir.path(), "")).unwrap();
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let child = Command::new(bin_path("flightrecd"))
+        .arg("--config")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("JOURNAL_STREAM", "8:1234")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("no READY=1 within 30s");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.contains("READY=1"), "{msg}");
+    // Ready means listening: a client gets an answer at once.
+    let socket = dir.path().join("run/flightrecd.sock");
+    let out = Command::new(bin_path("snapctl"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let n = notify.recv(&mut buf).expect("no STOPPING=1 after SIGTERM");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // Under journald (JOURNAL_STREAM) lines carry no time stamp of their own.
+    let log = String::from_utf8_lossy(&out.stderr);
+    let first = log.lines().next().unwrap_or_default();
+    assert!(first.trim_start().starts_with("INFO"), "{first}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a non-terminal log"
+    );
+}
