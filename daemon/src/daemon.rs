@@ -540,6 +540,12 @@ fn log_removed_temps(removed: &[PathBuf]) {
     }
 }
 
+/// The configured level applies to flightrec's own messages; libraries
+/// (the HTTP/2 stack) only speak up for warnings.
+fn directives(level: &str) -> String {
+    format!("warn,flightrecd={level},flightrec_config={level}")
+}
+
 /// Sets up logging to stderr: no colours unless stderr is a terminal, no
 /// time stamps under systemd (journald adds its own). `RUST_LOG` overrides
 /// the configured level. Returns a function that changes the level.
@@ -550,7 +556,7 @@ pub fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
     let filter = if from_env {
         EnvFilter::from_default_env()
     } else {
-        EnvFilter::new(level)
+        EnvFilter::new(directives(level))
     };
     let (filter, handle) = reload::Layer::new(filter);
     let ansi = std::io::stderr().is_terminal();
@@ -575,7 +581,7 @@ pub fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
         .try_init();
     Box::new(move |level: &str| {
         if !from_env {
-            let _ = handle.reload(EnvFilter::new(level));
+            let _ = handle.reload(EnvFilter::new(directives(level)));
         }
     })
 }
@@ -691,21 +697,25 @@ async fn serve(
         r = &mut server => Some(r),
         _ = stopped(&mut stop) => None,
     };
-    if let Some(Err(e)) = served {
-        return Err(DaemonError::Serve(e));
-    }
+    let server_done = match served {
+        Some(Err(e)) => return Err(DaemonError::Serve(e)),
+        Some(Ok(())) => true,
+        None => false,
+    };
     notify(sd_notify::NotifyState::Stopping);
     // The dump under way finishes (its callers get their answer) first.
     if let Err(e) = dump_task.await {
         tracing::error!("the dump task failed: {e}");
     }
-    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!("server error while shutting down: {e}"),
-        Err(_) => tracing::info!(
-            "connections still open after {}s are closed",
-            SHUTDOWN_GRACE.as_secs()
-        ),
+    if !server_done {
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("server error while shutting down: {e}"),
+            Err(_) => tracing::info!(
+                "connections still open after {}s are closed",
+                SHUTDOWN_GRACE.as_secs()
+            ),
+        }
     }
     loss_task.abort();
     signals.abort();

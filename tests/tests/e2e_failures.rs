@@ -316,7 +316,12 @@ fn systemd_is_told_ready_once_listening_and_stopping_on_sigterm() {
     let n = notify.recv(&mut buf).expect("no STOPPING=1 after SIGTERM");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Under journald (JOURNAL_STREAM) lines carry no time stamp of their own.
     let log = String::from_utf8_lossy(&out.stderr);
     let first = log.lines().next().unwrap_or_default();
