@@ -45,8 +45,13 @@ pub fn utc(unix_ns: i64) -> String {
     )
 }
 
+/// `12.3ms`, or `45us` below a millisecond (ring pauses are that short).
 fn ms(ns: u64) -> String {
-    format!("{:.1}ms", ns as f64 / 1e6)
+    if ns < 1_000_000 {
+        format!("{}us", ns / 1000)
+    } else {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    }
 }
 
 pub fn snapshot_json(s: &pb::Snapshot) -> Value {
@@ -405,6 +410,8 @@ mod tests {
         assert_eq!(human_bytes(3 << 20), "3.0MiB");
         assert_eq!(utc(1_795_212_693_000_000_000), "2026-11-20 22:11:33Z");
         assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(ms(45_600), "45us");
+        assert_eq!(ms(12_340_000), "12.3ms");
     }
 
     #[test]
