@@ -1,8 +1,8 @@
 //! Snapshot write throughput and zstd ratio, next to `perf record -z`.
 //!
-//! Data: `perf record -e sched:sched_switch -e cpu-clock -g -a -m PAGES`
-//! over `perf bench sched messaging` (many switches, kernel call chains),
-//! turned into the capture flightrec would hold for the same events. Each
+//! Data: a real capture: a `Recorder` with sched:sched_switch and cpu-clock
+//! (call chains) and rings of `RING_PAGES` pages per CPU, captured after
+//! `perf bench sched messaging` ran (many switches, kernel call chains). Each
 //! configuration writes a full snapshot (encode, compress, mmap'ed output,
 //! fsync, rename) into a directory on the root file system; the best of a
 //! few runs is printed. Then `perf record -z --compression-level=N` with
@@ -17,13 +17,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flightrecd::perf::event::EventSpec;
 use flightrecd::snapshot::HostInfo;
-use flightrecd::snapshot::host::tracepoints_of;
+use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::{WriteOptions, write_perf_data};
-use flightrecd::snapshot::testing::capture_from_perf_data;
 
-const RING_PAGES: &str = "1024";
+const RING_PAGES: &str = "4096";
 const RUNS: usize = 5;
 const LEVELS: [i32; 3] = [1, 3, 9];
 
@@ -33,13 +33,13 @@ fn workload() -> [&'static str; 6] {
 
 fn perf_record(out: &Path, compression: Option<i32>) -> String {
     let mut cmd = Command::new("perf");
+    // Call chains on cpu-clock only, as the recorder is configured.
     cmd.args([
         "record",
         "-e",
         "sched:sched_switch",
         "-e",
-        "cpu-clock",
-        "-g",
+        "cpu-clock/call-graph=fp/",
         "-a",
     ])
     .args(["-m", RING_PAGES, "-o"])
@@ -81,9 +81,29 @@ fn main() {
     let base =
         std::env::var_os("BENCH_DIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
     let dir = tempfile::tempdir_in(&base).expect("bench dir");
-    let raw = dir.path().join("recorded.data");
-    perf_record(&raw, None);
-    let capture = capture_from_perf_data(&std::fs::read(&raw).unwrap()).unwrap();
+    let pages: u64 = RING_PAGES.parse().unwrap();
+    let config = RecorderConfig {
+        events: vec![
+            EventSpec::new("sched:sched_switch"),
+            EventSpec {
+                callchain: true,
+                ..EventSpec::new("cpu-clock")
+            },
+        ],
+        ring_bytes_per_cpu: pages * 4096,
+        ..Default::default()
+    };
+    let recorder = Recorder::start(&config).expect("starting the recorder");
+    let status = Command::new(workload()[0])
+        .args(&workload()[1..])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("workload");
+    assert!(status.success());
+    let started = Instant::now();
+    let capture = recorder.capture().expect("capture");
+    let capture_time = started.elapsed();
+    drop(recorder);
     let records: u64 = capture
         .cpus
         .iter()
@@ -92,9 +112,10 @@ fn main() {
         + capture.tracking_records.len() as u64;
     let samples: u64 = capture.cpus.iter().map(|c| c.record_count).sum();
     println!(
-        "data: {samples} samples, {:.1} MB of records, {} CPUs, ring {RING_PAGES} pages, events: {}",
+        "data: {samples} records, {:.1} MB, {} CPUs, ring {RING_PAGES} pages, captured in {:.1} ms, events: {}",
         mb(records),
         capture.cpus.len(),
+        capture_time.as_secs_f64() * 1e3,
         capture
             .events
             .iter()
@@ -102,7 +123,7 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let host = Arc::new(HostInfo::gather(&tracepoints_of(&capture.events)).unwrap());
+    let host = Arc::new(HostInfo::gather_for(&capture.events).unwrap());
 
     println!(
         "\n{:<14} {:>10} {:>8} {:>14} {:>14}",
@@ -130,6 +151,21 @@ fn main() {
             ratio,
             mb(records) / write_time.as_secs_f64(),
             mb(records) / encode_time.as_secs_f64(),
+        );
+    }
+
+    // What one continuous zstd stream over the same bytes would reach (how
+    // perf compresses), against this writer's independent frames.
+    let all: Vec<u8> = capture
+        .cpus
+        .iter()
+        .flat_map(|c| c.records.iter().copied())
+        .collect();
+    for level in LEVELS {
+        let one = zstd::bulk::compress(&all, level).unwrap();
+        println!(
+            "  (the same sample records as one zstd frame at -{level}: ratio {:.2})",
+            all.len() as f64 / one.len() as f64
         );
     }
 

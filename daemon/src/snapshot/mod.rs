@@ -3,6 +3,18 @@
 //!
 //! [`Capture`] is the hand-off between the capture (kernel side) and the
 //! writer (pure): everything a self-contained perf.data file needs.
+//!
+//! The writer, in data-flow order:
+//! - [`host`]: the host facts and tracefs formats, gathered once
+//!   ([`HostInfo::gather`]) and cached;
+//! - [`synth`]: records made up for the window's start and the losses;
+//! - [`features`]: the feature sections (TRACING_DATA, EVENT_DESC, ...);
+//! - [`compress`]: zstd packing into PERF_RECORD_COMPRESSED, in parallel;
+//! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
+//! - [`reader`]: reading a written snapshot back, to compress it later;
+//! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
+//!   atomic rename), [`output::write_snapshot`], [`output::compress_snapshot`]
+//!   and the [`output::SnapshotWriter`] thread.
 
 pub mod capture;
 

@@ -26,7 +26,7 @@ use thiserror::Error;
 use super::Capture;
 use super::host::{HostInfo, HostInfoError};
 use super::perfdata::{DataSummary, PerfData, PerfDataError, WriteOptions, write_perf_data};
-use super::reader::{ReadError, recompress};
+use super::reader::{ReadError, recompress_file};
 
 /// Snapshot files are readable by the owner's group (the operators).
 pub const FILE_MODE: u32 = 0o640;
@@ -94,6 +94,18 @@ impl SnapshotError {
             | Self::Rename { source, .. }
             | Self::SyncDir { source, .. } => is_disk_full_io(source),
             _ => false,
+        }
+    }
+
+    /// The same error about `path` (the final name instead of the
+    /// temporary one).
+    fn about(self, path: &Path) -> Self {
+        let path = path.to_path_buf();
+        match self {
+            Self::Create { source, .. } => Self::Create { path, source },
+            Self::Write { source, .. } => Self::Write { path, source },
+            Self::Sync { source, .. } => Self::Sync { path, source },
+            other => other,
         }
     }
 
@@ -205,6 +217,9 @@ pub fn write_snapshot(
 
 /// Replaces the uncompressed snapshot at `path` by its zstd-compressed
 /// form at `level`, atomically: until the rename the original is untouched.
+/// The file is read piece by piece; memory holds one piece (32 MiB) and the
+/// compressed result, which is then written with its exact size reserved
+/// (compressing is how a full disk gets room back).
 pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, SnapshotError> {
     let started = Instant::now();
     let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
@@ -220,14 +235,15 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
     } else {
         dir
     };
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Read {
+    let file = File::open(path).map_err(|source| SnapshotError::Read {
         path: path.into(),
         source,
     })?;
-    let data = recompress(&bytes, level).map_err(|source| SnapshotError::Parse {
+    let data = recompress_file(&file, level).map_err(|source| SnapshotError::Parse {
         path: path.into(),
         source,
     })?;
+    drop(file);
     let written = put_file(&data, dir, name, true)?;
     Ok(WrittenSnapshot {
         path: path.into(),
@@ -329,10 +345,13 @@ fn put_file(
 ) -> Result<u64, SnapshotError> {
     let temp = dir.join(temp_file_name(name));
     let path = dir.join(name);
-    let result = write_temp(data, &temp).and_then(|len| {
-        rename(&temp, &path, replace)?;
-        Ok(len)
-    });
+    // Errors name the snapshot, not the temporary file (removed below).
+    let result = write_temp(data, &temp)
+        .map_err(|e| e.about(&path))
+        .and_then(|len| {
+            rename(&temp, &path, replace)?;
+            Ok(len)
+        });
     match result {
         Ok(len) => {
             sync_dir(dir)?;
