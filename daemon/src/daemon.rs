@@ -687,7 +687,7 @@ async fn serve(
     let loss_task = tokio::spawn(watch_losses(state.clone()));
     let signals = spawn_signal_handlers(state.clone())?;
 
-    let server = api::serve(state.clone(), listener, group.as_ref().map(|g| g.1));
+    let server = api::serve(state.clone(), listener);
     tokio::pin!(server);
     tracing::info!(socket = %socket_path.display(), "listening");
     notify(sd_notify::NotifyState::Ready);

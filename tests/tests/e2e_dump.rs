@@ -259,6 +259,27 @@ fn an_unprivileged_client_is_refused_with_a_clear_message() {
     assert!(log.contains("connection refused: peer uid 65534"), "{log}");
     // Root still gets in.
     assert!(d.snapctl(&["status"]).status.success());
+
+    // Give the socket to nobody's group by reload: nobody is admitted now.
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(
+        &d.config,
+        text.replace("socket_group = \"root\"", "socket_group = \"nogroup\""),
+    )
+    .unwrap();
+    let r = d.json(&["reload"]);
+    assert!(
+        r["summary"].as_str().unwrap().contains("socket_group"),
+        "{r}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&d.socket).unwrap().gid(), 65534);
+    let out = nobody(&d);
+    assert!(
+        out.status.success(),
+        "a member of the new socket group was refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -185,20 +185,24 @@ fn check_peer(stream: &UnixStream, group: Option<Gid>) -> Result<(), String> {
 }
 
 /// Serves the API on `listener` until shutdown, admitting only peers that
-/// pass the credential check.
+/// pass the credential check against the current socket group.
 pub async fn serve(
     state: Arc<State>,
     listener: UnixListener,
-    group: Option<Gid>,
 ) -> Result<(), tonic::transport::Error> {
     let (tx, rx) = mpsc::channel::<io::Result<UnixStream>>(16);
     let mut stop = state.shutdown_signal();
+    let admission = state.clone();
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = daemon::stopped(&mut stop) => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => match check_peer(&stream, group) {
+                    // The group as of now: a reload may have changed it.
+                    Ok((stream, _)) => match check_peer(
+                        &stream,
+                        admission.current().group.as_ref().map(|g| g.1),
+                    ) {
                         Ok(()) => {
                             if tx.send(Ok(stream)).await.is_err() {
                                 break;
