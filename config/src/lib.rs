@@ -670,6 +670,36 @@ max_age = "1h"
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_parsed_or_rejected_with_a_position(text in "\\PC{0,200}") {
+            match parse(&text) {
+                Ok(_) => {}
+                Err(ConfigError::Invalid { line, column, .. }) => {
+                    proptest::prop_assert!(line >= 1 && column >= 1);
+                    proptest::prop_assert!(line <= text.lines().count().max(1) + 1);
+                }
+                Err(ConfigError::Unlocated { .. }) => {}
+                Err(e) => proptest::prop_assert!(false, "unexpected error kind: {e}"),
+            }
+        }
+
+        #[test]
+        fn toml_shaped_text_never_panics(
+            key in "(socket|per_cpu|level|name|max_age|max_bytes|frequency|x)",
+            value in "(\"[0-9A-Za-z :/.]{0,12}\"|-?[0-9]{1,20}|true|\\[\\])",
+            section in "(daemon|buffers|snapshot|retention|\\[event\\])",
+        ) {
+            let _ = parse(&format!("[{section}]\n{key} = {value}\n"));
+        }
+
+        #[test]
+        fn sizes_round_trip(n in 0u64..(1 << 40), unit in 0usize..4) {
+            let size = ByteSize(n << (10 * unit));
+            proptest::prop_assert_eq!(ByteSize::parse(&size.to_string()), Ok(size));
+        }
+    }
+
     #[test]
     fn line_column_counts_characters() {
         assert_eq!(line_column("abc", 0), (1, 1));
