@@ -4,8 +4,10 @@
 //! handlers need lives in [`State`]; the parts a reload may replace (config,
 //! store, recorder) sit together in one [`Current`] swapped atomically.
 
+mod dump;
 pub mod engine;
 pub mod recorder;
+mod reload;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use flightrec_config::{Compression, Config, ConfigError, LoadedConfig};
+use flightrec_config::{Config, ConfigError, LoadedConfig};
 use flightrec_proto::v1 as pb;
 use nix::unistd::{Gid, Group};
 use tokio::signal::unix::{SignalKind, signal};
@@ -21,7 +23,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::api;
 use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
-use crate::triggers::{self, DumpRequest, DumpSpec, Outcome, Timing, Trigger, TriggerKind};
+use crate::triggers::{self, DumpRequest, Outcome, Timing, Trigger, TriggerKind};
 use engine::{DumpOutput, Engine, EngineError, EngineStatus};
 
 /// How long connections get to finish after SIGTERM before they are cut.
@@ -336,201 +338,6 @@ impl State {
             );
         }
         Ok((removed, kept))
-    }
-
-    /// One dump, run by the dump task.
-    async fn execute_dump(self: Arc<Self>, spec: DumpSpec) -> DumpResult {
-        let started = Instant::now();
-        let cur = self.current();
-        let snap = &cur.config.config.snapshot;
-        let compression = (spec.compress || snap.compression == Compression::Zstd)
-            .then_some(*snap.level.get_ref());
-        let reservation = cur
-            .store
-            .reserve(spec.label.as_deref(), &spec.trigger, SystemTime::now())
-            .map_err(|e| match e {
-                StoreError::InvalidLabel { .. } => DumpFailure::InvalidLabel(e.to_string()),
-                e if e.is_disk_full() => DumpFailure::DiskFull(format!(
-                    "no space left in {} ({e})",
-                    cur.store.dir().display()
-                )),
-                e => DumpFailure::Failed(e.to_string()),
-            });
-        let result = match reservation {
-            Err(f) => Err(f),
-            Ok(r) => {
-                let engine = cur.engine.clone();
-                let dir = cur.store.dir().to_path_buf();
-                let file = r.file_name();
-                let written =
-                    tokio::task::spawn_blocking(move || engine.dump(&dir, &file, compression))
-                        .await;
-                match written {
-                    Ok(Ok(output)) => match cur.store.get(&r.id()) {
-                        Ok(snapshot) => Ok((snapshot, output)),
-                        Err(e) => Err(DumpFailure::Failed(e.to_string())),
-                    },
-                    Ok(Err(e)) => {
-                        cur.store.abandon(&r);
-                        Err(if e.is_disk_full() {
-                            DumpFailure::DiskFull(format!(
-                                "disk full in {}: {e}; older snapshots are kept, free some \
-                                 space (snapctl rotate) and dump again",
-                                cur.store.dir().display()
-                            ))
-                        } else {
-                            DumpFailure::Failed(e.to_string())
-                        })
-                    }
-                    Err(join) => {
-                        cur.store.abandon(&r);
-                        Err(DumpFailure::Failed(format!(
-                            "the dump thread failed: {join}"
-                        )))
-                    }
-                }
-            }
-        };
-        match result {
-            Ok((snapshot, output)) => {
-                let timings = DumpTimings {
-                    wait: spec.waited,
-                    capture: output.capture,
-                    write: output.write,
-                    total: spec.waited + started.elapsed(),
-                    max_pause: output
-                        .cpus
-                        .iter()
-                        .map(|c| c.pause)
-                        .max()
-                        .unwrap_or_default(),
-                };
-                tracing::info!(
-                    id = %snapshot.id,
-                    bytes = snapshot.bytes,
-                    trigger = %spec.trigger,
-                    triggers = spec.triggers,
-                    records = output.cpus.iter().map(|c| c.records).sum::<u64>(),
-                    ms = timings.total.as_millis() as u64,
-                    "snapshot written"
-                );
-                *self.last_dump.lock().unwrap_or_else(|p| p.into_inner()) = Some(timings);
-                self.dumps.fetch_add(1, Ordering::Relaxed);
-                self.publish(pb::watch_event::Kind::SnapshotCreated(
-                    pb::SnapshotCreated {
-                        snapshot: Some(snapshot_pb(&snapshot)),
-                    },
-                ));
-                let policy = retention_of(&cur.config.config);
-                if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
-                    tracing::error!("retention after the dump failed: {e}");
-                }
-                Ok(Arc::new(DumpDone {
-                    snapshot,
-                    output,
-                    timings,
-                }))
-            }
-            Err(f) => {
-                let msg = match &f {
-                    DumpFailure::DiskFull(m)
-                    | DumpFailure::InvalidLabel(m)
-                    | DumpFailure::Failed(m) => m.clone(),
-                    DumpFailure::ShuttingDown => "shutting down".into(),
-                };
-                tracing::error!(trigger = %spec.trigger, "dump failed: {msg}");
-                self.publish(pb::watch_event::Kind::DumpFailed(pb::DumpFailed {
-                    error: msg,
-                }));
-                Err(f)
-            }
-        }
-    }
-
-    /// Re-reads the config (SIGHUP and `Reload`). A bad config is rejected
-    /// and the running one kept. Returns (changed, summary).
-    pub async fn reload(self: &Arc<Self>) -> Result<(bool, String), String> {
-        let _guard = self.reload_lock.lock().await;
-        let result = self.reload_locked().await;
-        match &result {
-            Ok((_, summary)) => tracing::info!("config reloaded: {summary}"),
-            Err(e) => tracing::error!("config reload rejected, keeping the running config: {e}"),
-        }
-        result
-    }
-
-    async fn reload_locked(self: &Arc<Self>) -> Result<(bool, String), String> {
-        let source = self.source.clone();
-        let loaded = tokio::task::spawn_blocking(move || source.load())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        let group = resolve_group(&loaded).map_err(|e| e.to_string())?;
-        let old = self.current();
-        let (o, n) = (&old.config.config, &loaded.config);
-        let mut changes = Vec::new();
-        if o.daemon.socket != n.daemon.socket {
-            tracing::warn!(
-                "daemon.socket changed to {}; it takes effect at the next restart",
-                n.daemon.socket.display()
-            );
-            changes.push("socket (at next restart)".to_string());
-        }
-        if group.as_ref().map(|g| g.1) != old.group.as_ref().map(|g| g.1) {
-            api::set_socket_group(&self.socket_path, group.as_ref().map(|g| g.1))
-                .map_err(|e| e.to_string())?;
-            changes.push("socket_group".into());
-        }
-        let store = if o.daemon.output_dir != n.daemon.output_dir {
-            let (store, removed) =
-                Store::open(&n.daemon.output_dir, &host_name()).map_err(|e| e.to_string())?;
-            log_removed_temps(&removed);
-            changes.push("output_dir".into());
-            Arc::new(store)
-        } else {
-            old.store.clone()
-        };
-        let engine = if o.buffers != n.buffers || o.events != n.events {
-            let l2 = loaded.clone();
-            let engine = tokio::task::spawn_blocking(move || start_engine(&l2))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
-            changes.push("rings and events (recorder re-opened)".into());
-            engine
-        } else {
-            old.engine.clone()
-        };
-        if o.daemon.log_level != n.daemon.log_level {
-            (self.set_log_level)(n.daemon.log_level.get_ref());
-            changes.push("log_level".into());
-        }
-        if o.snapshot != n.snapshot {
-            self.timing_tx.send_replace(timing_of(n));
-            changes.push("snapshot".into());
-        }
-        let retention_changed = o.retention != n.retention;
-        if retention_changed {
-            changes.push("retention".into());
-        }
-        let changed = !changes.is_empty();
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Current {
-            config: loaded,
-            store,
-            engine,
-            group,
-        });
-        if retention_changed {
-            let policy = retention_of(&self.current().config.config);
-            self.apply_retention(&policy, None)
-                .map_err(|e| e.to_string())?;
-        }
-        let summary = if changed {
-            format!("changed: {}", changes.join(", "))
-        } else {
-            "no change".into()
-        };
-        Ok((changed, summary))
     }
 }
 
