@@ -13,8 +13,21 @@ use crate::store::StoreError;
 use crate::triggers::DumpSpec;
 
 impl State {
-    /// One dump, run by the dump task.
+    /// One dump, run by the dump task: all of it (file system, capture,
+    /// write, retention) on a blocking thread, off the async workers that
+    /// keep answering `Status` and friends.
     pub(super) async fn execute_dump(self: Arc<Self>, spec: DumpSpec) -> DumpResult {
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || state.dump_blocking(&spec))
+            .await
+            .unwrap_or_else(|join| {
+                Err(DumpFailure::Failed(format!(
+                    "the dump thread failed: {join}"
+                )))
+            })
+    }
+
+    fn dump_blocking(&self, spec: &DumpSpec) -> DumpResult {
         let started = Instant::now();
         let cur = self.current();
         let snap = &cur.config.config.snapshot;
@@ -34,18 +47,15 @@ impl State {
         let result = match reservation {
             Err(f) => Err(f),
             Ok(r) => {
-                let engine = cur.engine.clone();
-                let dir = cur.store.dir().to_path_buf();
-                let file = r.file_name();
-                let written =
-                    tokio::task::spawn_blocking(move || engine.dump(&dir, &file, compression))
-                        .await;
+                let written = cur
+                    .engine
+                    .dump(cur.store.dir(), &r.file_name(), compression);
                 match written {
-                    Ok(Ok(output)) => match cur.store.get(&r.id()) {
+                    Ok(output) => match cur.store.get(&r.id()) {
                         Ok(snapshot) => Ok((snapshot, output)),
                         Err(e) => Err(DumpFailure::Failed(e.to_string())),
                     },
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         cur.store.abandon(&r);
                         Err(if e.is_disk_full() {
                             DumpFailure::DiskFull(format!(
@@ -56,12 +66,6 @@ impl State {
                         } else {
                             DumpFailure::Failed(e.to_string())
                         })
-                    }
-                    Err(join) => {
-                        cur.store.abandon(&r);
-                        Err(DumpFailure::Failed(format!(
-                            "the dump thread failed: {join}"
-                        )))
                     }
                 }
             }
