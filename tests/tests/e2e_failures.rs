@@ -111,6 +111,12 @@ fn disk_full_during_a_dump_is_resource_exhausted_and_recoverable() {
     let older_bytes = std::fs::metadata(&older_path).unwrap().len();
 
     let filler = fill(&snapshots, 16 * 1024);
+    let watcher = d
+        .snapctl_cmd(&["--json", "watch", "--count", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     let out = d.snapctl(&["--json", "dump"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err: Value = serde_json::from_slice(&out.stderr).expect("JSON error");
@@ -122,6 +128,13 @@ fn disk_full_during_a_dump_is_resource_exhausted_and_recoverable() {
     );
     assert!(leftovers(&snapshots).is_empty(), "{:?}", names(&snapshots));
     assert_eq!(d.list().len(), 1);
+    let watched = watcher.wait_with_output().unwrap();
+    let event: Value = serde_json::from_slice(&watched.stdout).expect("one watch event");
+    assert_eq!(event["event"], "dump_failed", "{event}");
+    assert!(
+        event["error"].as_str().unwrap().contains("disk full"),
+        "{event}"
+    );
     assert_eq!(std::fs::metadata(&older_path).unwrap().len(), older_bytes);
     assert_eq!(perf_script(&older_path, &[]), older_script);
 
