@@ -1,3 +1,205 @@
 //! snapctl: the command-line client of flightrecd.
+//!
+//! [`connect`] opens the daemon's Unix socket and turns the usual failures
+//! into sentences ([`ClientError`]); [`render`] turns replies into human
+//! tables or stable JSON. The binary (`main.rs`) only parses arguments.
 
 #![forbid(unsafe_code)]
+
+pub mod render;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use flightrec_proto::FlightRecorderClient;
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+use tower::service_fn;
+
+/// Exit status: success.
+pub const EXIT_OK: i32 = 0;
+/// The daemon answered with an error.
+pub const EXIT_DAEMON_ERROR: i32 = 1;
+/// Bad command line (clap's own code).
+pub const EXIT_USAGE: i32 = 2;
+/// No daemon to talk to (no socket, nobody listening, connection lost).
+pub const EXIT_CONNECT: i32 = 3;
+/// Not allowed to use the socket.
+pub const EXIT_PERMISSION: i32 = 4;
+
+/// What went wrong, phrased for the person at the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("daemon not running (no socket at {path})")]
+    NoSocket { path: PathBuf },
+    #[error("daemon not running (nobody listens on {path}: {source})")]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "permission denied on socket {path} (owned by group {group}; add yourself to it or run as root)"
+    )]
+    Permission { path: PathBuf, group: String },
+    #[error(
+        "the daemon on {path} closed the connection before answering: your user may not be admitted (the API is for root and group {group})"
+    )]
+    Dropped { path: PathBuf, group: String },
+    #[error("cannot connect to {path}: {message}")]
+    Connect { path: PathBuf, message: String },
+    #[error("{message}")]
+    Daemon { code: tonic::Code, message: String },
+    #[error("cannot write the output: {0}")]
+    Output(#[source] io::Error),
+}
+
+impl ClientError {
+    /// `{"error": message, "code": "InvalidArgument", "exit": 1}` for
+    /// `--json` callers (code: the gRPC code, or "Connect"/"Permission").
+    pub fn to_json(&self) -> String {
+        let code = match self {
+            ClientError::Daemon { code, .. } => format!("{code:?}"),
+            ClientError::Permission { .. } | ClientError::Dropped { .. } => {
+                "PermissionDenied".into()
+            }
+            ClientError::Output(_) => "Output".into(),
+            _ => "Connect".into(),
+        };
+        serde_json::json!({ "error": self.to_string(), "code": code, "exit": self.exit_code() })
+            .to_string()
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ClientError::NoSocket { .. }
+            | ClientError::Refused { .. }
+            | ClientError::Connect { .. } => EXIT_CONNECT,
+            ClientError::Permission { .. } | ClientError::Dropped { .. } => EXIT_PERMISSION,
+            ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
+        }
+    }
+}
+
+/// The group that owns `path` (by name if it has one), or its directory's
+/// when the socket itself cannot be seen.
+fn socket_group(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(path).or_else(|e| match path.parent() {
+        Some(dir) => std::fs::metadata(dir),
+        None => Err(e),
+    });
+    let Ok(md) = md else {
+        return "unknown".into();
+    };
+    let gid = md.gid();
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or_else(|| gid.to_string(), |g| g.name)
+}
+
+/// Connects to the daemon at `path`.
+pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, ClientError> {
+    let stream = match UnixStream::connect(path).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(match e.kind() {
+                io::ErrorKind::NotFound => ClientError::NoSocket { path: path.into() },
+                io::ErrorKind::PermissionDenied => ClientError::Permission {
+                    path: path.into(),
+                    group: socket_group(path),
+                },
+                io::ErrorKind::ConnectionRefused => ClientError::Refused {
+                    path: path.into(),
+                    source: e,
+                },
+                _ => ClientError::Connect {
+                    path: path.into(),
+                    message: e.to_string(),
+                },
+            });
+        }
+    };
+    // Hand the connected stream to tonic (once: a CLI call never reconnects).
+    let slot = Arc::new(Mutex::new(Some(stream)));
+    let channel = Endpoint::try_from("http://[::]:50051")
+        .map_err(|e| ClientError::Connect {
+            path: path.into(),
+            message: e.to_string(),
+        })?
+        .connect_with_connector(service_fn(move |_| {
+            let slot = slot.clone();
+            async move {
+                let stream = slot
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| io::Error::other("the connection to the daemon was lost"))?;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| {
+            if admitted(path) {
+                ClientError::Connect {
+                    path: path.into(),
+                    message: format!("the daemon closed the connection ({e})"),
+                }
+            } else {
+                ClientError::Dropped {
+                    path: path.into(),
+                    group: socket_group(path),
+                }
+            }
+        })?;
+    Ok(FlightRecorderClient::new(channel))
+}
+
+/// Whether the daemon's peer check would admit us: root, or a member of the
+/// socket's group (the socket's owner is root in practice).
+fn admitted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let Ok(md) = std::fs::metadata(path) else {
+        return false;
+    };
+    let gid = nix::unistd::Gid::from_raw(md.gid());
+    md.uid() == nix::unistd::geteuid().as_raw()
+        || nix::unistd::getegid() == gid
+        || nix::unistd::getgroups().is_ok_and(|g| g.contains(&gid))
+}
+
+/// A failed call: a daemon error keeps its message. A connection closed
+/// before any answer (a transport error, not a status the daemon sent) is a
+/// refused peer when we would not be admitted, else a daemon gone away.
+pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
+    let from_daemon = status.metadata().contains_key("content-type")
+        || status.message().contains("shutting down");
+    let transport = !from_daemon
+        && matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown
+        )
+        && std::error::Error::source(&status).is_some();
+    if transport {
+        if !admitted(path) {
+            return ClientError::Dropped {
+                path: path.into(),
+                group: socket_group(path),
+            };
+        }
+        return ClientError::Connect {
+            path: path.into(),
+            message: format!("the daemon closed the connection ({})", status.message()),
+        };
+    }
+    ClientError::Daemon {
+        code: status.code(),
+        message: status.message().to_string(),
+    }
+}

@@ -12,6 +12,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod daemon;
 pub mod perf;
 pub mod ring;
 pub mod snapshot;

@@ -89,3 +89,244 @@ pub fn require_root(test: &str) -> bool {
     }
     is_root
 }
+
+/// A running `flightrecd` on a private config: temp socket and output dir.
+/// Stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub output: PathBuf,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<std::process::Child>,
+}
+
+/// Config text for a test daemon in `dir`: small rings, the given extra
+/// sections (`[snapshot]`, `[retention]`...) appended verbatim.
+pub fn test_config(dir: &Path, extra: &str) -> String {
+    format!(
+        r#"[daemon]
+socket = "{dir}/run/flightrecd.sock"
+socket_group = "root"
+output_dir = "{dir}/snapshots"
+log_level = "debug"
+
+[buffers]
+per_cpu = "256KiB"
+tracking = "256KiB"
+tracking_log = "4MiB"
+
+[[event]]
+name = "sched:sched_switch"
+
+[[event]]
+name = "cpu-clock"
+frequency = 999
+callchain = true
+
+{extra}
+"#,
+        dir = dir.display()
+    )
+}
+
+impl Daemon {
+    /// Starts the daemon on `test_config(dir, extra)` and waits until it
+    /// answers `status`.
+    pub fn start(extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("flightrec.toml");
+        std::fs::write(&config, test_config(dir.path(), extra)).expect("write config");
+        let mut d = Daemon {
+            socket: dir.path().join("run/flightrecd.sock"),
+            output: dir.path().join("snapshots"),
+            log: dir.path().join("flightrecd.log"),
+            config,
+            dir,
+            child: None,
+        };
+        d.spawn();
+        d
+    }
+
+    /// (Re)starts the process on the same config and waits for it.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open log");
+        let child = Command::new(bin_path("flightrecd"))
+            .arg("--config")
+            .arg(&self.config)
+            .stderr(log)
+            .spawn()
+            .expect("spawn flightrecd");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if self.snapctl(&["status"]).status.success() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "flightrecd exited with {status} at start:\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "flightrecd did not answer in 20s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        let id = self.child.as_ref().expect("daemon running").id();
+        i32::try_from(id).expect("pid fits i32")
+    }
+
+    /// Sends `signal` (e.g. "USR2") with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `snapctl --socket SOCKET ARGS...`.
+    pub fn snapctl(&self, args: &[&str]) -> std::process::Output {
+        self.snapctl_cmd(args).output().expect("run snapctl")
+    }
+
+    pub fn snapctl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin_path("snapctl"));
+        cmd.arg("--socket").arg(&self.socket).args(args);
+        cmd
+    }
+
+    /// `snapctl --json ARGS...`, asserting success, parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = self.snapctl(&full);
+        assert!(
+            out.status.success(),
+            "snapctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "snapctl {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// The snapshots `snapctl list` shows, oldest first.
+    pub fn list(&self) -> Vec<serde_json::Value> {
+        self.json(&["list"])["snapshots"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Stops with SIGTERM and returns the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let status = child.wait().expect("wait");
+                panic!(
+                    "flightrecd ignored SIGTERM for 15s ({status}):\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, no clean-up.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop();
+        }
+    }
+}
+
+/// `perf script -i PATH ARGS...`: stdout, asserting perf succeeded.
+pub fn perf_script(path: &Path, args: &[&str]) -> String {
+    let out = Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("run perf script");
+    assert!(
+        out.status.success(),
+        "perf script -i {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Busy work on every CPU (scheduler switches, samples) until dropped.
+pub struct Load(Vec<std::process::Child>);
+
+impl Load {
+    pub fn start() -> Self {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Load(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do ls -R /usr/share/doc >/dev/null; done"])
+                        .spawn()
+                        .expect("spawn load")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,1 +1,566 @@
 //! The gRPC service `flightrec.v1.FlightRecorder` over a Unix socket.
+//!
+//! The socket is created mode 0660 with the configured group; a stale
+//! socket file (no daemon answers on it) is replaced, a live one is not.
+//! Every accepted connection's peer credentials (SO_PEERCRED) are checked
+//! before it reaches the server: root, the socket's owner and members of
+//! the socket's group (primary or supplementary) are admitted, any other
+//! peer is dropped with a log line. Handlers map failures to gRPC codes
+//! with messages meant for the operator reading them.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flightrec_proto::v1 as pb;
+use flightrec_proto::{FlightRecorder, FlightRecorderServer};
+use nix::unistd::{Gid, Uid};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::daemon::engine::EngineError;
+use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
+use crate::store::{RetentionPolicy, StoreError, validate_label};
+use crate::triggers::{Outcome, TriggerKind};
+
+/// Socket set-up failures, naming the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error(
+        "another flightrecd is already listening on {path}; stop it first or configure another daemon.socket"
+    )]
+    InUse { path: PathBuf },
+    #[error("{path} exists and is not a socket; refusing to replace it")]
+    NotASocket { path: PathBuf },
+    #[error("cannot remove the stale socket {path}: {source}")]
+    RemoveStale {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot create the socket directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot set mode 0660 on {path}: {source}")]
+    Chmod {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot give {path} to group {gid}: {source}")]
+    Chown {
+        path: PathBuf,
+        gid: u32,
+        #[source]
+        source: nix::Error,
+    },
+}
+
+/// Fails if a daemon answers on `path`; removes a stale socket file.
+pub async fn check_socket_free(path: &Path) -> Result<(), SocketError> {
+    let Ok(md) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !md.file_type().is_socket() {
+        return Err(SocketError::NotASocket { path: path.into() });
+    }
+    let probe = tokio::time::timeout(Duration::from_secs(1), UnixStream::connect(path)).await;
+    if let Ok(Ok(_)) = probe {
+        return Err(SocketError::InUse { path: path.into() });
+    }
+    tracing::info!(socket = %path.display(), "replacing a stale socket file");
+    std::fs::remove_file(path).map_err(|source| SocketError::RemoveStale {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Binds `path` (0660, group `gid`), creating its directory (0750) if needed.
+pub async fn bind_socket(path: &Path, gid: Option<Gid>) -> Result<UnixListener, SocketError> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(dir)
+            .map_err(|source| SocketError::CreateDir {
+                path: dir.into(),
+                source,
+            })?;
+        // Members of the socket group must be able to reach the socket.
+        set_socket_group(dir, gid)?;
+    }
+    check_socket_free(path).await?;
+    let listener = UnixListener::bind(path).map_err(|source| SocketError::Bind {
+        path: path.into(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(|source| {
+        SocketError::Chmod {
+            path: path.into(),
+            source,
+        }
+    })?;
+    set_socket_group(path, gid)?;
+    Ok(listener)
+}
+
+/// Gives the socket to `gid` (None: the daemon's own group).
+pub fn set_socket_group(path: &Path, gid: Option<Gid>) -> Result<(), SocketError> {
+    let gid = gid.unwrap_or_else(Gid::effective);
+    nix::unistd::chown(path, None, Some(gid)).map_err(|source| SocketError::Chown {
+        path: path.into(),
+        gid: gid.as_raw(),
+        source,
+    })
+}
+
+pub fn remove_socket(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(socket = %path.display(), "cannot remove the socket: {e}");
+    }
+}
+
+/// Supplementary groups from a `/proc/<pid>/status` text (`Groups:` line).
+pub fn parse_groups(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a peer may use the API: what the socket's mode 0660 and group
+/// would admit, decided here again for peers that reached the socket
+/// another way (an inherited descriptor, a mode changed by hand).
+pub fn admits(uid: u32, gid: u32, supplementary: &[u32], owner: u32, group: Option<u32>) -> bool {
+    uid == 0 || uid == owner || group.is_some_and(|g| gid == g || supplementary.contains(&g))
+}
+
+fn check_peer(stream: &UnixStream, group: Option<Gid>) -> Result<(), String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    let supplementary = cred
+        .pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .map(|s| parse_groups(&s))
+        .unwrap_or_default();
+    let owner = Uid::effective().as_raw();
+    let group = group.unwrap_or_else(Gid::effective).as_raw();
+    if admits(cred.uid(), cred.gid(), &supplementary, owner, Some(group)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "peer uid {} gid {} (pid {}) is neither root nor in group {group}",
+            cred.uid(),
+            cred.gid(),
+            cred.pid().map_or_else(|| "?".into(), |p| p.to_string())
+        ))
+    }
+}
+
+/// Serves the API on `listener` until shutdown, admitting only peers that
+/// pass the credential check against the current socket group.
+pub async fn serve(
+    state: Arc<State>,
+    listener: UnixListener,
+) -> Result<(), tonic::transport::Error> {
+    let (tx, rx) = mpsc::channel::<io::Result<UnixStream>>(16);
+    let mut stop = state.shutdown_signal();
+    let admission = state.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = daemon::stopped(&mut stop) => break,
+                accepted = listener.accept() => match accepted {
+                    // The group as of now: a reload may have changed it.
+                    Ok((stream, _)) => match check_peer(
+                        &stream,
+                        admission.current().group.as_ref().map(|g| g.1),
+                    ) {
+                        Ok(()) => {
+                            if tx.send(Ok(stream)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(why) => tracing::warn!("connection refused: {why}"),
+                    },
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+    });
+    let mut stop = state.shutdown_signal();
+    tonic::transport::Server::builder()
+        .add_service(FlightRecorderServer::new(Api { state }))
+        .serve_with_incoming_shutdown(ReceiverStream::new(rx), async move {
+            daemon::stopped(&mut stop).await;
+        })
+        .await
+}
+
+/// The service implementation.
+pub struct Api {
+    state: Arc<State>,
+}
+
+fn store_status(e: StoreError) -> Status {
+    match &e {
+        StoreError::InvalidLabel { .. } => Status::invalid_argument(format!("label: {e}")),
+        StoreError::InvalidId { .. } => Status::invalid_argument(format!("id: {e}")),
+        StoreError::NotFound { .. } => Status::not_found(e.to_string()),
+        _ if e.is_disk_full() => Status::resource_exhausted(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+fn shutting_down() -> Status {
+    Status::unavailable("flightrecd is shutting down")
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("worker thread failed: {e}")))?
+}
+
+fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
+    pb::DumpReply {
+        snapshot: Some(snapshot_pb(&d.snapshot)),
+        cpus: d
+            .output
+            .cpus
+            .iter()
+            .map(|c| pb::CpuCapture {
+                cpu: c.cpu,
+                records: c.records,
+                bytes: c.bytes,
+                lost: c.lost,
+                oldest_ns: c.oldest_ns,
+                newest_ns: c.newest_ns,
+                pause_ns: u64::try_from(c.pause.as_nanos()).unwrap_or(u64::MAX),
+                lost_since_start: c.lost_since_start,
+            })
+            .collect(),
+        timings: Some(timings_pb(&d.timings)),
+        tracking_records: d.output.tracking_records,
+        coalesced,
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl FlightRecorder for Api {
+    async fn dump(
+        &self,
+        request: Request<pb::DumpRequest>,
+    ) -> Result<Response<pb::DumpReply>, Status> {
+        let req = request.into_inner();
+        let label = (!req.label.is_empty()).then_some(req.label);
+        if let Some(l) = &label {
+            validate_label(l).map_err(store_status)?;
+        }
+        if self.state.is_shutting_down() {
+            return Err(shutting_down());
+        }
+        let rx = self
+            .state
+            .request_dump(TriggerKind::Api, label, req.compress);
+        match rx.await {
+            Ok(Outcome::Done {
+                result: Ok(done),
+                coalesced,
+            }) => Ok(Response::new(dump_reply(&done, coalesced))),
+            Ok(Outcome::Done { result: Err(f), .. }) => Err(match f {
+                DumpFailure::DiskFull(m) => Status::resource_exhausted(m),
+                DumpFailure::InvalidLabel(m) => Status::invalid_argument(format!("label: {m}")),
+                DumpFailure::Failed(m) => Status::internal(format!("dump failed: {m}")),
+                DumpFailure::ShuttingDown => shutting_down(),
+            }),
+            Ok(Outcome::ShuttingDown) | Err(_) => Err(shutting_down()),
+        }
+    }
+
+    async fn list(
+        &self,
+        _request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListReply>, Status> {
+        let store = self.state.current().store.clone();
+        let list = blocking(move || store.list().map_err(store_status)).await?;
+        Ok(Response::new(pb::ListReply {
+            snapshots: list.iter().map(snapshot_pb).collect(),
+        }))
+    }
+
+    async fn rotate(
+        &self,
+        request: Request<pb::RotateRequest>,
+    ) -> Result<Response<pb::RotateReply>, Status> {
+        let req = request.into_inner();
+        let cfg = self.state.current().config.config.retention.clone();
+        let configured = RetentionPolicy::from_limits(
+            cfg.max_snapshots,
+            cfg.max_bytes.bytes(),
+            cfg.max_age.get(),
+        );
+        let policy = configured.tightened(RetentionPolicy {
+            max_snapshots: req.max_snapshots,
+            max_bytes: req.max_bytes,
+            max_age: req.max_age_seconds.map(Duration::from_secs),
+        });
+        let state = self.state.clone();
+        let (removed, kept) =
+            blocking(move || state.apply_retention(&policy, None).map_err(store_status)).await?;
+        Ok(Response::new(pb::RotateReply {
+            removed: removed.iter().map(snapshot_pb).collect(),
+            kept: kept.iter().map(snapshot_pb).collect(),
+        }))
+    }
+
+    async fn compress(
+        &self,
+        request: Request<pb::CompressRequest>,
+    ) -> Result<Response<pb::CompressReply>, Status> {
+        let req = request.into_inner();
+        let cur = self.state.current();
+        let level = match req.level {
+            0 => *cur.config.config.snapshot.level.get_ref(),
+            l @ 1..=22 => l,
+            l => {
+                return Err(Status::invalid_argument(format!(
+                    "level: {l} is not a zstd level (1 to 22, or 0 for the configured one)"
+                )));
+            }
+        };
+        let store = cur.store.clone();
+        let id = req.id;
+        let (before, after) = blocking(move || {
+            let before = store.get(&id).map_err(store_status)?;
+            if before.compressed {
+                return Err(Status::failed_precondition(format!(
+                    "snapshot {id} is already compressed"
+                )));
+            }
+            recorder::compress(&before.path, level).map_err(|e| {
+                if matches!(
+                    e,
+                    EngineError::Compress {
+                        already_compressed: true,
+                        ..
+                    }
+                ) {
+                    Status::failed_precondition(format!("snapshot {id} is already compressed"))
+                } else if e.is_disk_full() {
+                    Status::resource_exhausted(format!("cannot compress {id}: {e}"))
+                } else {
+                    Status::internal(format!("cannot compress {id}: {e}"))
+                }
+            })?;
+            let after = store.get(&id).map_err(store_status)?;
+            Ok((before, after))
+        })
+        .await?;
+        tracing::info!(id = %after.id, before = before.bytes, after = after.bytes, level, "snapshot compressed");
+        Ok(Response::new(pb::CompressReply {
+            snapshot: Some(snapshot_pb(&after)),
+            bytes_before: before.bytes,
+        }))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusReply>, Status> {
+        let cur = self.state.current();
+        let engine = cur.engine.clone();
+        let store = cur.store.clone();
+        let (status, events, usage) = blocking(move || {
+            let usage = store.usage().map_err(store_status)?;
+            Ok((engine.status(), engine.events(), usage))
+        })
+        .await?;
+        let cfg = &cur.config.config;
+        let lost_tracking: u64 = status.cpus.iter().map(|c| c.2).sum();
+        Ok(Response::new(pb::StatusReply {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            uptime_ns: u64::try_from(self.state.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            config_path: daemon::describe_source(&cur.config),
+            events: events
+                .into_iter()
+                .map(|e| pb::EventStatus {
+                    name: e.name,
+                    kind: e.kind,
+                    sample_period: e.period,
+                    sample_frequency: e.frequency,
+                    callchain: e.callchain,
+                    filter: e.filter,
+                })
+                .collect(),
+            ring_bytes_per_cpu: cfg.buffers.per_cpu.get_ref().bytes(),
+            tracking_ring_bytes_per_cpu: cfg.buffers.tracking.get_ref().bytes(),
+            cpus: status
+                .cpus
+                .iter()
+                .map(|&(cpu, lost_samples, lost_tracking)| pb::CpuStatus {
+                    cpu,
+                    lost_samples,
+                    lost_tracking,
+                })
+                .collect(),
+            tracking: Some(pb::TrackingStatus {
+                log_capacity_bytes: status.log_capacity_bytes,
+                log_used_bytes: status.log_used_bytes,
+                log_records: status.log_records,
+                evicted_records: status.evicted_records,
+                lost_records: lost_tracking,
+                processes: status.processes,
+            }),
+            store: Some(pb::StoreStatus {
+                output_dir: cur.store.dir().display().to_string(),
+                snapshots: usage.snapshots,
+                bytes: usage.bytes,
+                disk_free_bytes: usage.disk_free_bytes,
+            }),
+            last_dump: self.state.last_dump().as_ref().map(timings_pb),
+            dumps: self.state.dumps(),
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        if self.state.is_shutting_down() {
+            return Err(shutting_down());
+        }
+        let mut events = self.state.events.subscribe();
+        let mut stop = self.state.shutdown_signal();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    _ = daemon::stopped(&mut stop) => break,
+                    _ = tx.closed() => break,
+                    e = events.recv() => e,
+                };
+                let item = match event {
+                    Ok(e) => Ok(e),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("a watch client fell behind by {n} events");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                };
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn reload(
+        &self,
+        _request: Request<pb::ReloadRequest>,
+    ) -> Result<Response<pb::ReloadReply>, Status> {
+        if self.state.is_shutting_down() {
+            return Err(shutting_down());
+        }
+        match self.state.reload().await {
+            Ok((changed, summary)) => Ok(Response::new(pb::ReloadReply { changed, summary })),
+            Err(e) => Err(Status::failed_precondition(format!(
+                "new config rejected, the running one is kept: {e}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supplementary_groups_are_read_from_proc_status() {
+        let status =
+            "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nGroups:\t4 24 27 1001 \nVmPeak:\t1 kB\n";
+        assert_eq!(parse_groups(status), vec![4, 24, 27, 1001]);
+        assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
+        assert_eq!(parse_groups("Name: x\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn store_errors_map_to_grpc_codes_naming_the_field() {
+        let s = store_status(StoreError::InvalidLabel {
+            label: "../x".into(),
+            reason: "it starts with a dot".into(),
+        });
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            s.message(),
+            "label: invalid label \"../x\": it starts with a dot"
+        );
+        let s = store_status(StoreError::InvalidId { id: "a/b".into() });
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().starts_with("id: invalid snapshot id \"a/b\""));
+        let s = store_status(StoreError::NotFound { id: "x".into() });
+        assert_eq!(s.code(), tonic::Code::NotFound);
+        let s = store_status(StoreError::WriteMeta {
+            path: "/s/.x.meta".into(),
+            source: io::Error::from_raw_os_error(libc::ENOSPC),
+        });
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        let s = store_status(StoreError::ReadDir {
+            path: "/s".into(),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        });
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert!(s.message().contains("/s"));
+    }
+
+    #[test]
+    fn admission_follows_the_socket_permissions() {
+        // Socket owned by root (0), group 990.
+        assert!(admits(0, 0, &[], 0, Some(990)));
+        assert!(admits(1000, 990, &[], 0, Some(990)));
+        assert!(admits(1000, 1000, &[27, 990], 0, Some(990)));
+        assert!(!admits(65534, 65534, &[], 0, Some(990)));
+        assert!(!admits(1000, 1000, &[27], 0, Some(990)));
+        assert!(!admits(1000, 1000, &[], 0, None));
+        // A daemon running as its own user admits that user.
+        assert!(admits(555, 555, &[], 555, None));
+    }
+}
