@@ -1,0 +1,308 @@
+//! The two recorders under test, driven as users drive them: `flightrecd`
+//! with a config file, `snapctl` and SIGUSR2; `perf record -a --overwrite
+//! --switch-output` and SIGUSR2.
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which events both tools record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSet {
+    /// `sched:sched_switch` + `cpu-clock` at 999 Hz with call chains.
+    SwitchAndClock,
+    /// `sched:sched_switch` only.
+    SwitchOnly,
+}
+
+impl EventSet {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventSet::SwitchAndClock => "sched_switch+cpu-clock/999Hz -g",
+            EventSet::SwitchOnly => "sched_switch",
+        }
+    }
+
+    fn perf_args(self) -> Vec<&'static str> {
+        match self {
+            EventSet::SwitchAndClock => vec![
+                "-e",
+                "sched:sched_switch",
+                "-e",
+                "cpu-clock/freq=999,call-graph=fp/",
+            ],
+            EventSet::SwitchOnly => vec!["-e", "sched:sched_switch"],
+        }
+    }
+
+    fn flightrec_toml(self) -> &'static str {
+        match self {
+            EventSet::SwitchAndClock => {
+                "[[event]]\nname = \"sched:sched_switch\"\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
+            }
+            EventSet::SwitchOnly => "[[event]]\nname = \"sched:sched_switch\"\n",
+        }
+    }
+}
+
+/// What a recorder run is configured with.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub events: EventSet,
+    pub ring_bytes_per_cpu: u64,
+    /// zstd level, `None` for uncompressed snapshots.
+    pub compression: Option<i32>,
+}
+
+/// A running recorder.
+pub struct Recorder {
+    pub kind: Kind,
+    child: Child,
+    dir: tempfile::TempDir,
+    snapctl: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Flightrec,
+    Perf,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Flightrec => "flightrec",
+            Kind::Perf => "perf",
+        }
+    }
+}
+
+/// A snapshot produced by a trigger, with how long it took to be complete.
+pub struct Triggered {
+    pub path: PathBuf,
+    pub elapsed: Duration,
+    /// The daemon's JSON reply, for `snapctl dump` triggers.
+    pub reply: Option<serde_json::Value>,
+}
+
+impl Recorder {
+    pub fn start(kind: Kind, setup: Setup) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("bench-{}-", kind.name()))
+            .tempdir()?;
+        let snapshots = dir.path().join("snapshots");
+        std::fs::create_dir(&snapshots)?;
+        let log = std::fs::File::create(dir.path().join("recorder.log"))?;
+        let child = match kind {
+            Kind::Flightrec => {
+                let config = dir.path().join("flightrec.toml");
+                let compression = match setup.compression {
+                    Some(level) => format!("compression = \"zstd\"\nlevel = {level}\n"),
+                    None => "compression = \"none\"\n".into(),
+                };
+                std::fs::write(
+                    &config,
+                    format!(
+                        "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
+                         [buffers]\nper_cpu = \"{ring}\"\n\n{events}\n\
+                         [snapshot]\n{compression}min_interval = \"0s\"\n\n\
+                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n",
+                        sock = dir.path().join("flightrecd.sock").display(),
+                        out = snapshots.display(),
+                        ring = setup.ring_bytes_per_cpu,
+                        events = setup.events.flightrec_toml(),
+                    ),
+                )?;
+                Command::new(flightrec_tests::bin_path("flightrecd"))
+                    .arg("--config")
+                    .arg(&config)
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .context("starting flightrecd")?
+            }
+            Kind::Perf => {
+                let pages = (setup.ring_bytes_per_cpu / 4096).max(1);
+                let mut cmd = Command::new("perf");
+                cmd.args(["record", "-a", "--overwrite", "--switch-output", "-q"])
+                    .arg("-m")
+                    .arg(pages.to_string())
+                    .args(setup.events.perf_args())
+                    .arg("-o")
+                    .arg(snapshots.join("perf.data"));
+                if let Some(level) = setup.compression {
+                    cmd.arg(format!("--compression-level={level}"));
+                }
+                cmd.stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .context("starting perf record")?
+            }
+        };
+        let recorder = Self {
+            kind,
+            child,
+            dir,
+            snapctl: flightrec_tests::bin_path("snapctl"),
+        };
+        recorder.wait_ready()?;
+        Ok(recorder)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn snapshots_dir(&self) -> PathBuf {
+        self.dir.path().join("snapshots")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("flightrecd.sock")
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = match self.kind {
+                Kind::Flightrec => {
+                    self.socket().exists()
+                        && Command::new(&self.snapctl)
+                            .arg("--socket")
+                            .arg(self.socket())
+                            .arg("status")
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status()
+                            .is_ok_and(|s| s.success())
+                }
+                Kind::Perf => self.snapshots_dir().join("perf.data").exists(),
+            };
+            if ready {
+                // perf creates its file before every ring is enabled.
+                std::thread::sleep(Duration::from_millis(300));
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not become ready: {}", self.kind.name(), self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The recorder's stderr so far, for error messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("recorder.log")).unwrap_or_default()
+    }
+
+    fn complete_snapshots(&self) -> Result<BTreeSet<PathBuf>> {
+        let mut found = BTreeSet::new();
+        for entry in std::fs::read_dir(self.snapshots_dir())? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let complete = match self.kind {
+                // Written under a dot-name, renamed when complete.
+                Kind::Flightrec => name.ends_with(".perf.data") && !name.starts_with('.'),
+                // perf renames perf.data to perf.data.<timestamp> when done.
+                Kind::Perf => name.starts_with("perf.data."),
+            };
+            if complete {
+                found.insert(path);
+            }
+        }
+        Ok(found)
+    }
+
+    /// SIGUSR2, then waits until a new complete snapshot file exists.
+    pub fn trigger_signal(&mut self) -> Result<Triggered> {
+        let before = self.complete_snapshots()?;
+        let start = Instant::now();
+        kill(Pid::from_raw(self.pid() as i32), Signal::SIGUSR2)?;
+        let deadline = start + Duration::from_secs(120);
+        loop {
+            let now = self.complete_snapshots()?;
+            if let Some(path) = now.difference(&before).next() {
+                return Ok(Triggered {
+                    path: path.clone(),
+                    elapsed: start.elapsed(),
+                    reply: None,
+                });
+            }
+            if Instant::now() > deadline {
+                bail!("{}: no snapshot 120 s after SIGUSR2", self.kind.name());
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// `snapctl --json dump` (flightrec only): returns when the file is complete.
+    pub fn trigger_snapctl(&mut self, compress: bool) -> Result<Triggered> {
+        let start = Instant::now();
+        let mut cmd = Command::new(&self.snapctl);
+        cmd.arg("--socket")
+            .arg(self.socket())
+            .args(["--json", "dump"]);
+        if compress {
+            cmd.arg("--compress");
+        }
+        let out = cmd.output().context("running snapctl dump")?;
+        let elapsed = start.elapsed();
+        if !out.status.success() {
+            bail!(
+                "snapctl dump failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let reply: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let path = PathBuf::from(reply["path"].as_str().context("dump reply has no path")?);
+        Ok(Triggered {
+            path,
+            elapsed,
+            reply: Some(reply),
+        })
+    }
+
+    /// `snapctl compress ID --level N`; returns the wall time of the call.
+    pub fn compress(&self, snapshot: &Path, level: i32) -> Result<Duration> {
+        let id = snapshot
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".perf.data"))
+            .context("snapshot name")?;
+        let start = Instant::now();
+        let out = Command::new(&self.snapctl)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["--json", "compress", id, "--level", &level.to_string()])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "snapctl compress failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Stops the recorder (SIGTERM for flightrecd, SIGINT for perf) and waits.
+    pub fn stop(mut self) -> Result<()> {
+        let signal = match self.kind {
+            Kind::Flightrec => Signal::SIGTERM,
+            Kind::Perf => Signal::SIGINT,
+        };
+        kill(Pid::from_raw(self.pid() as i32), signal)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                self.child.kill()?;
+                bail!("{} did not stop within 60 s", self.kind.name());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+}

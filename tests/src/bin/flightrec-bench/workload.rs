@@ -1,0 +1,79 @@
+//! The fixed workloads recorders are measured under (perf's own benchmarks).
+
+use anyhow::{Context, Result, bail};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// `perf bench sched messaging`: many processes, heavy context switching.
+    Messaging,
+    /// `perf bench sched pipe`: two tasks ping-ponging over a pipe.
+    Pipe,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Messaging => "sched messaging",
+            Workload::Pipe => "sched pipe",
+        }
+    }
+
+    fn args(self, quick: bool) -> Vec<String> {
+        let (what, loops) = match self {
+            Workload::Messaging => ("messaging", if quick { "100" } else { "400" }),
+            Workload::Pipe => ("pipe", if quick { "20000" } else { "100000" }),
+        };
+        let mut args = vec!["bench".into(), "sched".into(), what.into()];
+        match self {
+            Workload::Messaging => args.extend(["-g".into(), "10".into()]),
+            Workload::Pipe => {}
+        }
+        args.extend(["-l".into(), loops.into()]);
+        args
+    }
+
+    /// Runs the workload to completion and returns its wall time.
+    pub fn run(self, quick: bool) -> Result<Duration> {
+        let start = Instant::now();
+        let status = Command::new("perf")
+            .args(self.args(quick))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("running perf bench")?;
+        let elapsed = start.elapsed();
+        if !status.success() {
+            bail!("perf bench {} failed: {status}", self.name());
+        }
+        Ok(elapsed)
+    }
+}
+
+/// A long-running messaging load in its own process group, killed on drop.
+pub struct BackgroundLoad {
+    child: Child,
+}
+
+impl BackgroundLoad {
+    pub fn start() -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("perf")
+            .args(["bench", "sched", "messaging", "-g", "10", "-l", "100000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting background load")?;
+        Ok(Self { child })
+    }
+}
+
+impl Drop for BackgroundLoad {
+    fn drop(&mut self) {
+        let pgid = nix::unistd::Pid::from_raw(-(self.child.id() as i32));
+        let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
