@@ -122,6 +122,9 @@ pub struct SnapshotConfig {
     pub min_interval: HumanDuration,
     /// Keep recording this long after a trigger before freezing the rings.
     pub post_trigger_delay: Spanned<HumanDuration>,
+    /// SCHED_FIFO priority of the threads that run a dump or a compression
+    /// (0 = normal priority), so a loaded machine does not starve them.
+    pub realtime_priority: Spanned<u8>,
 }
 
 /// `[retention]`: zero disables a limit.
@@ -165,6 +168,7 @@ impl Default for SnapshotConfig {
             level: unspanned(3),
             min_interval: HumanDuration::secs(1),
             post_trigger_delay: unspanned(HumanDuration::secs(0)),
+            realtime_priority: unspanned(1),
         }
     }
 }
@@ -312,6 +316,17 @@ impl Config {
                 format!(
                     "snapshot.level = {} is out of range: zstd levels are 1 to 22",
                     level.get_ref()
+                ),
+            ));
+        }
+        let priority = &self.snapshot.realtime_priority;
+        if *priority.get_ref() > 99 {
+            return Err((
+                priority.span(),
+                format!(
+                    "snapshot.realtime_priority = {} is out of range: SCHED_FIFO priorities \
+                     are 1 to 99 (0 for normal priority)",
+                    priority.get_ref()
                 ),
             ));
         }
@@ -584,6 +599,16 @@ max_age = "1h"
     #[test]
     fn wrong_type_is_located() {
         rejected_at("[retention]\nmax_snapshots = \"many\"\n", 2, 17, "");
+    }
+
+    #[test]
+    fn realtime_priority_out_of_range_is_located() {
+        rejected_at(
+            "[snapshot]\nrealtime_priority = 100\n",
+            2,
+            21,
+            "SCHED_FIFO priorities are 1 to 99",
+        );
     }
 
     #[test]

@@ -20,14 +20,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The target directory and profile directory of the running test binary
-/// (`<target>/<profile>/deps/<test>` → `<target>/<profile>`).
+/// The profile directory of the running binary: `<target>/<profile>` for a
+/// test (`<target>/<profile>/deps/<test>`) or a binary of this package such
+/// as the benchmark harness (`<target>/<profile>/<bin>`).
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary has a parent dir");
-    deps.parent()
-        .expect("deps dir has a parent (the profile dir)")
-        .to_path_buf()
+    let dir = exe.parent().expect("the running binary has a parent dir");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent()
+            .expect("deps dir has a parent (the profile dir)")
+            .to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// Path of a workspace binary (`flightrecd` or `snapctl`), built on first use.

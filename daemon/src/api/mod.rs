@@ -365,7 +365,9 @@ impl FlightRecorder for Api {
         };
         let store = cur.store.clone();
         let id = req.id;
+        let priority = *cur.config.config.snapshot.realtime_priority.get_ref();
         let (before, after) = blocking(move || {
+            let _realtime = crate::perf::sched::RealtimeDump::enter(priority);
             let before = store.get(&id).map_err(store_status)?;
             if before.compressed {
                 return Err(Status::failed_precondition(format!(

@@ -9,6 +9,7 @@ use flightrec_config::Compression;
 use flightrec_proto::v1 as pb;
 
 use super::{DumpDone, DumpFailure, DumpResult, DumpTimings, State, retention_of, snapshot_pb};
+use crate::perf::sched::RealtimeDump;
 use crate::store::StoreError;
 use crate::triggers::DumpSpec;
 
@@ -33,6 +34,7 @@ impl State {
         let snap = &cur.config.config.snapshot;
         let compression = (spec.compress || snap.compression == Compression::Zstd)
             .then_some(*snap.level.get_ref());
+        let _realtime = RealtimeDump::enter(*snap.realtime_priority.get_ref());
         let reservation = cur
             .store
             .reserve(spec.label.as_deref(), &spec.trigger, SystemTime::now())

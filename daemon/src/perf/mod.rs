@@ -8,6 +8,7 @@
 //! - [`tracking_ring`]: per-CPU forward rings of the tracking `dummy` event,
 //!   drained by advancing `data_tail`.
 //! - [`file_map`]: writable mappings of the snapshot output file.
+//! - [`sched`]: SCHED_FIFO for the threads of a dump while it runs.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
 //! See perf_event_open(2) and include/uapi/linux/perf_event.h.
@@ -19,6 +20,7 @@ pub mod file_map;
 pub mod layout;
 mod mapping;
 pub mod sample_ring;
+pub mod sched;
 mod sys;
 pub mod tracking_ring;
 

@@ -54,7 +54,8 @@ impl EventSet {
 pub struct Setup {
     pub events: EventSet,
     pub ring_bytes_per_cpu: u64,
-    /// zstd level, `None` for uncompressed snapshots.
+    /// zstd level: perf compresses every dump (`-z`); flightrec compresses
+    /// the dumps asked for with `snapctl dump --compress`.
     pub compression: Option<i32>,
 }
 
@@ -100,8 +101,11 @@ impl Recorder {
         let child = match kind {
             Kind::Flightrec => {
                 let config = dir.path().join("flightrec.toml");
+                // Dumps stay uncompressed unless asked (`snapctl dump
+                // --compress`), at the configured level, so one run yields
+                // both kinds of snapshot.
                 let compression = match setup.compression {
-                    Some(level) => format!("compression = \"zstd\"\nlevel = {level}\n"),
+                    Some(level) => format!("compression = \"none\"\nlevel = {level}\n"),
                     None => "compression = \"none\"\n".into(),
                 };
                 std::fs::write(
