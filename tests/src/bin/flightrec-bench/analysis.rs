@@ -20,6 +20,10 @@ pub struct Content {
     pub data_bytes_on_disk: u64,
     /// Bytes of all records after decompression.
     pub record_bytes: u64,
+    /// PERF_RECORD_COMPRESSED records: bytes on disk (headers included) and
+    /// the bytes their payloads decompress to.
+    pub compressed_on_disk: u64,
+    pub compressed_payload: u64,
     /// Samples `perf script` prints, and those whose comm is `:PID` (unresolved).
     pub script_samples: u64,
     pub unresolved_comm: u64,
@@ -42,9 +46,16 @@ impl Content {
             .fold(f64::INFINITY, f64::min)
     }
 
-    /// Compression ratio of the data section (1.0 when uncompressed).
+    /// Compression ratio of the whole data section (1.0 when uncompressed):
+    /// what the file's size gains, records left uncompressed included.
     pub fn compression_ratio(&self) -> f64 {
         self.record_bytes as f64 / self.data_bytes_on_disk.max(1) as f64
+    }
+
+    /// Compression ratio of the compressed records alone: how well the same
+    /// kind of bytes (ring data) compress, whatever else the file holds.
+    pub fn compressed_records_ratio(&self) -> f64 {
+        self.compressed_payload as f64 / self.compressed_on_disk.max(1) as f64
     }
 }
 
@@ -57,6 +68,9 @@ pub fn analyze(path: &Path) -> Result<Content> {
         data_bytes_on_disk: u64::from_le_bytes(bytes[0x30..0x38].try_into()?),
         ..Default::default()
     };
+    let data_offset = u64::from_le_bytes(bytes[0x28..0x30].try_into()?);
+    (content.compressed_on_disk, content.compressed_payload) =
+        compressed_records(&bytes, data_offset, content.data_bytes_on_disk)?;
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
@@ -114,4 +128,47 @@ fn count_resolved_comms(path: &Path, content: &mut Content) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Walks the data section's records as written (before any decompression)
+/// and decompresses the payloads of the PERF_RECORD_COMPRESSED ones as one
+/// zstd stream (perf writes one stream, flightrec one frame per record:
+/// both decode as a sequence).
+fn compressed_records(bytes: &[u8], offset: u64, size: u64) -> Result<(u64, u64)> {
+    const COMPRESSED: u32 = 81;
+    let start = usize::try_from(offset)?;
+    let end = start
+        .checked_add(usize::try_from(size)?)
+        .filter(|&e| e <= bytes.len())
+        .context("data section past the end of the file")?;
+    let (mut pos, mut on_disk, mut payload) = (start, 0u64, Vec::new());
+    while pos + 8 <= end {
+        let kind = u32::from_le_bytes(bytes[pos..pos + 4].try_into()?);
+        let len = usize::from(u16::from_le_bytes(bytes[pos + 6..pos + 8].try_into()?));
+        if len < 8 || pos + len > end {
+            bail!("bad record header at offset {pos}");
+        }
+        if kind == COMPRESSED {
+            on_disk += len as u64;
+            payload.extend_from_slice(&bytes[pos + 8..pos + len]);
+        }
+        pos += len;
+    }
+    if payload.is_empty() {
+        return Ok((0, 0));
+    }
+    // perf flushes its stream after every record but never ends the frame,
+    // so the decoder reports the end of input as an error once everything
+    // was decoded: count what it produced up to there.
+    let mut decoder = zstd::stream::read::Decoder::new(&payload[..])?;
+    let (mut buf, mut decompressed) = (vec![0u8; 1 << 20], 0u64);
+    loop {
+        match std::io::Read::read(&mut decoder, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => decompressed += n as u64,
+            Err(_) if decompressed > 0 => break,
+            Err(e) => return Err(e).context("decompressing"),
+        }
+    }
+    Ok((on_disk, decompressed))
 }
