@@ -16,18 +16,8 @@ use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 
-/// True when running as root; under CI=true not being root is a failure.
-fn require_root(test: &str) -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: needs root (perf events, tracefs) and CI=true forbids skipping"
-        );
-        eprintln!("{test}: skipped, not root");
-    }
-    root
-}
+mod common;
+use common::require_root;
 
 fn pin_to(cpu: u32) {
     let mut set = CpuSet::new();

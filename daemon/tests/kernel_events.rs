@@ -4,18 +4,8 @@
 use flightrecd::perf::event::EventSpec;
 use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
 
-/// True when running as root; under CI=true not being root is a failure.
-fn require_root(test: &str) -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: needs root (perf events, tracefs) and CI=true forbids skipping"
-        );
-        eprintln!("{test}: skipped, not root");
-    }
-    root
-}
+mod common;
+use common::require_root;
 
 fn start_error(spec: EventSpec) -> String {
     let config = RecorderConfig {

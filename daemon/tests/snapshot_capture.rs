@@ -16,17 +16,8 @@ use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
 use flightrecd::snapshot::{Capture, HostInfo};
 
-fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").map_or(true, |v| v != "true"),
-        "{test} needs root (CI=true: failing instead of skipping)"
-    );
-    eprintln!("skipping {test}: needs root");
-    false
-}
+mod common;
+use common::require_root;
 
 const CHILD_COMM: &str = "fr-known-child";
 

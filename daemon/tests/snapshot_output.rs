@@ -9,21 +9,13 @@ use std::process::Command;
 
 use flightrecd::snapshot::output::{compress_snapshot, is_temp_file_name, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
+
 use flightrecd::snapshot::testing::{
     SCHED_SWITCH_FORMAT, SyntheticSpec, synthetic_capture, synthetic_host,
 };
 
-fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").map_or(true, |v| v != "true"),
-        "{test} needs root (CI=true: failing instead of skipping)"
-    );
-    eprintln!("skipping {test}: needs root");
-    false
-}
+mod common;
+use common::require_root;
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
 struct TinyFs {

@@ -13,22 +13,14 @@ use flightrecd::snapshot::HostInfo;
 use flightrecd::snapshot::host::tracepoints_of;
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
+
 use flightrecd::snapshot::testing::{
     KNOWN_COMM, KNOWN_PID, LATE_COMM, LATE_PID, SyntheticSpec, capture_from_perf_data,
     synthetic_capture,
 };
 
-fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").map_or(true, |v| v != "true"),
-        "{test} needs root (CI=true: failing instead of skipping)"
-    );
-    eprintln!("skipping {test}: needs root");
-    false
-}
+mod common;
+use common::require_root;
 
 /// Address of a kernel symbol from /proc/kallsyms.
 fn ksym(name: &str) -> u64 {
