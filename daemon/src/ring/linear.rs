@@ -77,18 +77,7 @@ impl<'a> Iterator for Records<'a> {
 mod tests {
     use super::*;
     use crate::abi::record_type;
-
-    fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
-        let mut r = RecordHeader {
-            type_,
-            misc: 0,
-            size,
-        }
-        .to_bytes()
-        .to_vec();
-        r.resize(usize::from(size).max(HEADER_SIZE), fill);
-        r
-    }
+    use crate::ring::test_records::record;
 
     #[test]
     fn yields_each_record_whole() {

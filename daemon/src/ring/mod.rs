@@ -20,3 +20,6 @@ mod wrap;
 
 pub use corruption::{Corruption, CorruptionReason};
 pub use linear::{Records, records};
+
+#[cfg(test)]
+pub(crate) mod test_records;

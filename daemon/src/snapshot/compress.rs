@@ -134,18 +134,7 @@ pub fn split_jobs(data: &[u8]) -> Vec<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(type_: u32, fill: u8, size: u16) -> Vec<u8> {
-        let mut r = RecordHeader {
-            type_,
-            misc: 0,
-            size,
-        }
-        .to_bytes()
-        .to_vec();
-        r.resize(usize::from(size), fill);
-        r
-    }
+    use crate::ring::test_records::record;
 
     fn unpack(bytes: &[u8]) -> (Vec<u8>, usize) {
         let mut out = Vec::new();
@@ -170,7 +159,7 @@ mod tests {
     fn packs_large_compressible_data_under_the_cap_and_round_trips() {
         let mut data = Vec::new();
         for i in 0..100_000u32 {
-            data.extend_from_slice(&record(9, (i % 7) as u8, 48));
+            data.extend_from_slice(&record(9, 48, (i % 7) as u8));
         }
         let p = pack(&data, 3).unwrap();
         assert!(p.bytes.len() < data.len() / 10);
@@ -185,7 +174,7 @@ mod tests {
         let mut data = Vec::new();
         let mut x = 0x1234_5678_u64;
         for _ in 0..40 {
-            let mut r = record(9, 0, 65528);
+            let mut r = record(9, 65528, 0);
             for b in &mut r[8..] {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -201,8 +190,8 @@ mod tests {
 
     #[test]
     fn torn_tail_is_dropped() {
-        let mut data = record(9, 1, 64);
-        data.extend_from_slice(&record(9, 2, 64)[..30]);
+        let mut data = record(9, 64, 1);
+        data.extend_from_slice(&record(9, 64, 2)[..30]);
         assert_eq!(intact_len(&data), 64);
         let (back, _) = unpack(&pack(&data, 1).unwrap().bytes);
         assert_eq!(back.len(), 64);
@@ -214,7 +203,7 @@ mod tests {
     fn jobs_cover_everything_in_order() {
         let mut data = Vec::new();
         for i in 0..300_000u32 {
-            data.extend_from_slice(&record(9, i as u8, 64));
+            data.extend_from_slice(&record(9, 64, i as u8));
         }
         let jobs = split_jobs(&data);
         assert!(jobs.len() >= 2);

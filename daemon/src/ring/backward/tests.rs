@@ -1,6 +1,7 @@
 use super::*;
 use crate::abi::record_type;
 use crate::ring::records;
+use crate::ring::test_records::{kernel_record, record};
 use proptest::prelude::*;
 
 /// The kernel's backward writer (kernel/events/ring_buffer.c,
@@ -38,19 +39,6 @@ impl KernelRing {
         copy_range(&self.data, range, &mut out);
         out
     }
-}
-
-/// A record of `size` bytes whose payload bytes are `fill`.
-fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
-    let mut r = RecordHeader {
-        type_,
-        misc: 0,
-        size,
-    }
-    .to_bytes()
-    .to_vec();
-    r.resize(usize::from(size).max(HEADER_SIZE), fill);
-    r
 }
 
 fn sample(size: u16, fill: u8) -> Vec<u8> {
@@ -302,22 +290,6 @@ fn racing_writer_cannot_tear_the_trusted_window() {
     );
     let newest: Vec<_> = records.iter().rev().take(2).cloned().collect();
     assert_eq!(ring.copy(&range), newest.concat());
-}
-
-/// Random kernel records: a type the kernel writes, a size that is a
-/// multiple of 8 up to `max`, random header misc and payload bytes.
-fn kernel_record(max: u16) -> impl Strategy<Value = Vec<u8>> {
-    (1..=record_type::KERNEL_MAX, any::<u16>(), 1..=max / 8).prop_flat_map(
-        |(type_, misc, words)| {
-            let size = words * 8;
-            prop::collection::vec(any::<u8>(), usize::from(size) - HEADER_SIZE).prop_map(
-                move |payload| {
-                    let header = RecordHeader { type_, misc, size };
-                    [&header.to_bytes()[..], &payload].concat()
-                },
-            )
-        },
-    )
 }
 
 /// A ring of 2^5..2^11 bytes and up to 80 records that fit in it.

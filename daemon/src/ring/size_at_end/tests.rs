@@ -1,19 +1,7 @@
 use super::*;
 use crate::abi::record_type;
+use crate::ring::test_records::{kernel_record, record};
 use proptest::prelude::*;
-
-/// A record of `size` bytes whose payload bytes are `fill`.
-fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
-    let mut r = RecordHeader {
-        type_,
-        misc: 0,
-        size,
-    }
-    .to_bytes()
-    .to_vec();
-    r.resize(usize::from(size).max(HEADER_SIZE), fill);
-    r
-}
 
 fn comm(size: u16, fill: u8) -> Vec<u8> {
     record(record_type::COMM, size, fill)
@@ -286,21 +274,6 @@ fn damaged_oldest_record_stops_eviction_without_losing_it() {
     };
     assert!(matches!(err, SizeAtEndError::Evict(c) if c == Corruption { offset: 72, reason }));
     assert_eq!((ring.len(), ring.used()), (3, 72));
-}
-
-/// Random kernel records of 8..=`max` bytes.
-fn kernel_record(max: u16) -> impl Strategy<Value = Vec<u8>> {
-    (1..=record_type::KERNEL_MAX, any::<u16>(), 1..=max / 8).prop_flat_map(
-        |(type_, misc, words)| {
-            let size = words * 8;
-            prop::collection::vec(any::<u8>(), usize::from(size) - HEADER_SIZE).prop_map(
-                move |payload| {
-                    let header = RecordHeader { type_, misc, size };
-                    [&header.to_bytes()[..], &payload].concat()
-                },
-            )
-        },
-    )
 }
 
 /// A capacity of 16..=1024 bytes and up to 100 records that fit it.

@@ -1,0 +1,33 @@
+//! Records for the tests of the ring walks and of code that frames records.
+
+use crate::abi::{HEADER_SIZE, RecordHeader, record_type};
+use proptest::prelude::*;
+
+/// A record of `size` bytes whose payload bytes are `fill`.
+pub fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
+    let mut r = RecordHeader {
+        type_,
+        misc: 0,
+        size,
+    }
+    .to_bytes()
+    .to_vec();
+    r.resize(usize::from(size).max(HEADER_SIZE), fill);
+    r
+}
+
+/// Random kernel records: a type the kernel writes, a size that is a
+/// multiple of 8 up to `max`, random header misc and payload bytes.
+pub fn kernel_record(max: u16) -> impl Strategy<Value = Vec<u8>> {
+    (1..=record_type::KERNEL_MAX, any::<u16>(), 1..=max / 8).prop_flat_map(
+        |(type_, misc, words)| {
+            let size = words * 8;
+            prop::collection::vec(any::<u8>(), usize::from(size) - HEADER_SIZE).prop_map(
+                move |payload| {
+                    let header = RecordHeader { type_, misc, size };
+                    [&header.to_bytes()[..], &payload].concat()
+                },
+            )
+        },
+    )
+}
