@@ -241,6 +241,13 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
                 "evicted_records": tracking.evicted_records,
                 "lost_records": tracking.lost_records,
                 "processes": tracking.processes,
+                "exited_threads": tracking.exited_threads,
+                "max_exited_threads": tracking.max_exited_threads,
+                "max_maps_per_process": tracking.max_maps_per_process,
+                "exited_threads_dropped": tracking.exited_threads_dropped,
+                "maps_dropped": tracking.maps_dropped,
+                "checkpoints": tracking.checkpoints,
+                "checkpoint_interval_bytes": tracking.checkpoint_interval_bytes,
             },
             "store": {
                 "output_dir": store.output_dir,
@@ -303,6 +310,17 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         tracking.evicted_records,
         tracking.lost_records,
         tracking.processes
+    ));
+    out.push(format!(
+        "process table: {} exited threads kept (limit {}), at most {} maps per process, \
+         dropped {} exited threads and {} maps; {} checkpoints every {}",
+        tracking.exited_threads,
+        tracking.max_exited_threads,
+        tracking.max_maps_per_process,
+        tracking.exited_threads_dropped,
+        tracking.maps_dropped,
+        tracking.checkpoints,
+        human_bytes(tracking.checkpoint_interval_bytes)
     ));
     out.push(format!(
         "store: {} snapshots, {} in {} ({} free)",
@@ -442,6 +460,36 @@ mod tests {
         assert_eq!(v["cpus"][0]["lost"], 2);
         assert_eq!(v["cpus"][0]["newest_ns"], 9);
         assert_eq!(v["coalesced"], true);
+    }
+
+    #[test]
+    fn status_shows_the_process_table_bounds_and_drops() {
+        let reply = pb::StatusReply {
+            tracking: Some(pb::TrackingStatus {
+                exited_threads: 12,
+                max_exited_threads: 16384,
+                max_maps_per_process: 1000,
+                exited_threads_dropped: 3,
+                maps_dropped: 1500,
+                checkpoints: 7,
+                checkpoint_interval_bytes: 512 << 10,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let human = status(&reply, false);
+        assert!(
+            human.contains(
+                "process table: 12 exited threads kept (limit 16384), at most 1000 maps per \
+                 process, dropped 3 exited threads and 1500 maps; 7 checkpoints every 512.0KiB"
+            ),
+            "{human}"
+        );
+        let v: Value = serde_json::from_str(&status(&reply, true)).unwrap();
+        assert_eq!(v["tracking"]["maps_dropped"], 1500);
+        assert_eq!(v["tracking"]["exited_threads_dropped"], 3);
+        assert_eq!(v["tracking"]["max_maps_per_process"], 1000);
+        assert_eq!(v["tracking"]["checkpoint_interval_bytes"], 512 << 10);
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub struct Config {
     pub buffers: BuffersConfig,
     pub snapshot: SnapshotConfig,
     pub retention: RetentionConfig,
+    pub tracking: TrackingConfig,
     /// `[[event]]` tables; a file that has none records the default events.
     #[serde(rename = "event")]
     pub events: Vec<Spanned<EventConfig>>,
@@ -136,6 +137,79 @@ pub struct RetentionConfig {
     pub max_age: HumanDuration,
 }
 
+/// `[tracking]`: the bounds of the daemon's process table (what the
+/// tracking log's records describe), so its memory is bounded whatever
+/// processes do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrackingConfig {
+    /// Exited threads kept for windows that start before their exit
+    /// (oldest exit dropped first); they also age out with the log.
+    pub max_exited_threads: Spanned<u64>,
+    /// Executable maps kept per process; further maps are refused.
+    pub max_maps_per_process: Spanned<u64>,
+    /// Records between checkpoints of the process table: a dump folds at
+    /// most this much of the log besides its own window.
+    pub checkpoint_interval: Spanned<ByteSize>,
+}
+
+/// Upper bound of `tracking.max_exited_threads` (the kernel's PID_MAX_LIMIT).
+pub const MAX_EXITED_THREADS_LIMIT: u64 = 4 << 20;
+/// Upper bound of `tracking.max_maps_per_process`.
+pub const MAX_MAPS_PER_PROCESS_LIMIT: u64 = 1 << 20;
+
+impl Default for TrackingConfig {
+    fn default() -> Self {
+        Self {
+            max_exited_threads: unspanned(16_384),
+            max_maps_per_process: unspanned(16_384),
+            checkpoint_interval: unspanned(ByteSize::kib(512)),
+        }
+    }
+}
+
+impl TrackingConfig {
+    fn validate(&self, tracking_log: u64) -> Result<(), (Range<usize>, String)> {
+        let exited = &self.max_exited_threads;
+        if *exited.get_ref() > MAX_EXITED_THREADS_LIMIT {
+            return Err((
+                exited.span(),
+                format!(
+                    "tracking.max_exited_threads = {} is more than the {} threads a \
+                     system can have",
+                    exited.get_ref(),
+                    MAX_EXITED_THREADS_LIMIT
+                ),
+            ));
+        }
+        let maps = &self.max_maps_per_process;
+        if !(1..=MAX_MAPS_PER_PROCESS_LIMIT).contains(maps.get_ref()) {
+            return Err((
+                maps.span(),
+                format!(
+                    "tracking.max_maps_per_process = {} is out of range: 1 to {}",
+                    maps.get_ref(),
+                    MAX_MAPS_PER_PROCESS_LIMIT
+                ),
+            ));
+        }
+        let interval = &self.checkpoint_interval;
+        let n = interval.get_ref().bytes();
+        if n < 4096 || n > tracking_log {
+            return Err((
+                interval.span(),
+                format!(
+                    "tracking.checkpoint_interval = {} is out of range: 4KiB to \
+                     buffers.tracking_log ({})",
+                    interval.get_ref(),
+                    ByteSize(tracking_log)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn unspanned<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
 }
@@ -190,6 +264,7 @@ impl Default for Config {
             buffers: BuffersConfig::default(),
             snapshot: SnapshotConfig::default(),
             retention: RetentionConfig::default(),
+            tracking: TrackingConfig::default(),
             events: default_events(),
         }
     }
@@ -281,6 +356,7 @@ impl Config {
                 ),
             ));
         }
+        self.tracking.validate(log.get_ref().bytes())?;
         if self.events.is_empty() {
             return Err((0..0, "at least one [[event]] is needed".into()));
         }
@@ -553,6 +629,42 @@ max_age = "1h"
         assert_eq!(parse(&text).unwrap(), cfg, "{text}");
         let text = Config::default().to_toml();
         assert_eq!(parse(&text).unwrap(), Config::default(), "{text}");
+    }
+
+    #[test]
+    fn tracking_limits_parse_and_bad_ones_are_located() {
+        let cfg = parse(
+            "[tracking]\nmax_exited_threads = 100\nmax_maps_per_process = 50\n\
+             checkpoint_interval = \"1MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(*cfg.tracking.max_exited_threads.get_ref(), 100);
+        assert_eq!(*cfg.tracking.max_maps_per_process.get_ref(), 50);
+        assert_eq!(cfg.tracking.checkpoint_interval.get_ref().bytes(), 1 << 20);
+        rejected_at(
+            "[tracking]\nmax_maps_per_process = 0\n",
+            2,
+            24,
+            "tracking.max_maps_per_process = 0 is out of range: 1 to 1048576",
+        );
+        rejected_at(
+            "[tracking]\nmax_exited_threads = 99999999\n",
+            2,
+            22,
+            "tracking.max_exited_threads = 99999999 is more than",
+        );
+        rejected_at(
+            "[buffers]\ntracking_log = \"1MiB\"\n[tracking]\ncheckpoint_interval = \"2MiB\"\n",
+            4,
+            23,
+            "tracking.checkpoint_interval = 2MiB is out of range: 4KiB to buffers.tracking_log (1MiB)",
+        );
+        rejected_at(
+            "[tracking]\nmax_exited = 3\n",
+            2,
+            1,
+            "unknown field `max_exited`",
+        );
     }
 
     #[test]

@@ -448,6 +448,13 @@ impl FlightRecorder for Api {
                 evicted_records: status.evicted_records,
                 lost_records: lost_tracking,
                 processes: status.processes,
+                exited_threads: status.exited_threads,
+                max_exited_threads: status.max_exited_threads,
+                max_maps_per_process: status.max_maps_per_process,
+                exited_threads_dropped: status.exited_threads_dropped,
+                maps_dropped: status.maps_dropped,
+                checkpoints: status.checkpoints,
+                checkpoint_interval_bytes: cfg.tracking.checkpoint_interval.get_ref().bytes(),
             }),
             store: Some(pb::StoreStatus {
                 output_dir: cur.store.dir().display().to_string(),

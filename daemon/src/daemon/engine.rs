@@ -87,6 +87,12 @@ pub struct EngineStatus {
     pub log_records: u64,
     pub evicted_records: u64,
     pub processes: u64,
+    pub exited_threads: u64,
+    pub max_exited_threads: u64,
+    pub max_maps_per_process: u64,
+    pub exited_threads_dropped: u64,
+    pub maps_dropped: u64,
+    pub checkpoints: u64,
 }
 
 /// The recorder: rings running from [`Engine::start`] until dropped.

@@ -13,6 +13,7 @@ use crate::perf::event::{EventKind, EventSpec, ResolvedEvent};
 use crate::snapshot::HostInfo;
 use crate::snapshot::capture::{Recorder, RecorderConfig};
 use crate::snapshot::output::{self, SnapshotError};
+use crate::tracking::process_table::TrackingLimits;
 use crate::snapshot::perfdata::WriteOptions;
 use crate::snapshot::reader::ReadError;
 
@@ -40,6 +41,13 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
         ring_bytes_per_cpu: config.buffers.per_cpu.get_ref().bytes(),
         tracking_ring_bytes_per_cpu: config.buffers.tracking.get_ref().bytes(),
         tracking_log_bytes: config.buffers.tracking_log.get_ref().bytes(),
+        tracking_limits: TrackingLimits {
+            max_exited_threads: usize::try_from(*config.tracking.max_exited_threads.get_ref())
+                .unwrap_or(usize::MAX),
+            max_maps_per_process: usize::try_from(*config.tracking.max_maps_per_process.get_ref())
+                .unwrap_or(usize::MAX),
+        },
+        tracking_checkpoint_bytes: config.tracking.checkpoint_interval.get_ref().bytes(),
     }
 }
 
@@ -173,6 +181,12 @@ impl Engine for RecorderEngine {
             log_records: s.tracking_log.records,
             evicted_records: s.tracking_log.evicted,
             processes: s.processes.threads as u64,
+            exited_threads: s.processes.exited_threads as u64,
+            max_exited_threads: s.tracking_limits.max_exited_threads as u64,
+            max_maps_per_process: s.tracking_limits.max_maps_per_process as u64,
+            exited_threads_dropped: s.tracking_dropped.exited_threads,
+            maps_dropped: s.tracking_dropped.maps,
+            checkpoints: s.tracking_log.checkpoints,
         }
     }
 

@@ -9,8 +9,8 @@
 //! window are not trusted (RING.md). The tracking rings are drained after
 //! the sample rings resume, so the log covers every sample of the window;
 //! the window's tracking records are found by the size-at-end backward walk
-//! over the log, and the process state at the window start by folding the
-//! older log records into a copy of the process table.
+//! over the log, and the process state at the window start from the newest
+//! checkpoint of the process table before it (tracking/log.rs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,8 +29,8 @@ use crate::ring::Corruption;
 use crate::ring::backward::{copy_range, find_range_limited};
 use crate::ring::size_at_end::SizeAtEndError;
 use crate::tracking::drain::{DrainThread, Tracking};
-use crate::tracking::log::{TrackingLog, TrackingLogStatus};
-use crate::tracking::process_table::{ProcessCounts, ProcessTable};
+use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog, TrackingLogStatus};
+use crate::tracking::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
 use crate::tracking::procfs::seed_from_proc;
 
 /// What to record and how much of it to keep.
@@ -43,6 +43,10 @@ pub struct RecorderConfig {
     pub tracking_ring_bytes_per_cpu: u64,
     /// The user-space tracking log (all CPUs), rounded up to 8 bytes.
     pub tracking_log_bytes: u64,
+    /// Bounds of the process table.
+    pub tracking_limits: TrackingLimits,
+    /// Records between checkpoints of the process table, in bytes.
+    pub tracking_checkpoint_bytes: u64,
 }
 
 impl Default for RecorderConfig {
@@ -52,6 +56,8 @@ impl Default for RecorderConfig {
             ring_bytes_per_cpu: 1 << 20,
             tracking_ring_bytes_per_cpu: 256 << 10,
             tracking_log_bytes: 16 << 20,
+            tracking_limits: TrackingLimits::default(),
+            tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
         }
     }
 }
@@ -98,6 +104,9 @@ pub struct RecorderStatus {
     pub cpus: Vec<CpuStatus>,
     pub tracking_log: TrackingLogStatus,
     pub processes: ProcessCounts,
+    pub tracking_limits: TrackingLimits,
+    /// What the limits made the process table drop.
+    pub tracking_dropped: DroppedCounts,
     pub captures: u64,
     /// Set when the drain thread stopped by itself (captures still drain).
     pub tracking_drain_failure: Option<String>,
@@ -168,13 +177,16 @@ impl Recorder {
         for ring in &tracking_rings {
             ring.enable()?;
         }
-        let mut table = ProcessTable::default();
+        let mut table = ProcessTable::new(config.tracking_limits);
         seed_from_proc(std::path::Path::new("/proc"), &mut table);
-        let log = TrackingLog::new(config.tracking_log_bytes, table).map_err(|source| {
-            CaptureError::TrackingLog {
-                bytes: config.tracking_log_bytes,
-                source,
-            }
+        let log = TrackingLog::new(
+            config.tracking_log_bytes,
+            config.tracking_checkpoint_bytes,
+            table,
+        )
+        .map_err(|source| CaptureError::TrackingLog {
+            bytes: config.tracking_log_bytes,
+            source,
         })?;
 
         let mut rings = Vec::with_capacity(cpus.len());
@@ -304,12 +316,7 @@ impl Recorder {
     /// The thread `tid` as the process table and the whole tracking log
     /// know it now (exited threads included until forgotten).
     pub fn process(&self, tid: u32) -> Result<Option<ProcessState>, CaptureError> {
-        let tracking = lock(&self.tracking);
-        let table = tracking
-            .log()
-            .current_table()
-            .map_err(CaptureError::TrackingWalk)?;
-        Ok(table.lookup(tid))
+        Ok(lock(&self.tracking).log().current_table().lookup(tid))
     }
 
     pub fn status(&self) -> RecorderStatus {
@@ -343,6 +350,8 @@ impl Recorder {
             cpus,
             tracking_log: tracking.log().status(),
             processes: tracking.log().process_counts(),
+            tracking_limits: tracking.log().limits(),
+            tracking_dropped: tracking.log().dropped(),
             captures: self.captures.load(Ordering::Relaxed),
             tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }

@@ -18,6 +18,7 @@
 
 pub mod capture;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::abi::EventAttr;
@@ -73,7 +74,8 @@ pub struct MapState {
     pub ino_generation: u64,
     pub prot: u32,
     pub flags: u32,
-    pub filename: String,
+    /// Shared: every copy of a map names the same string.
+    pub filename: Arc<str>,
 }
 
 /// A thread as known at the start of a snapshot's window.
@@ -84,7 +86,8 @@ pub struct ProcessState {
     pub ppid: u32,
     pub comm: String,
     /// Mappings of the process (shared by its threads; set on the leader).
-    pub maps: Vec<MapState>,
+    /// Cloning shares them (a persistent map), so a snapshot copies none.
+    pub maps: Maps,
 }
 
 /// Everything a snapshot holds, before it is written.
@@ -117,4 +120,5 @@ pub mod synth;
 #[doc(hidden)]
 pub mod testing;
 
+pub use crate::tracking::maps::Maps;
 pub use host::HostInfo;

@@ -410,7 +410,8 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
                 flags: 0x2,
                 filename: "/usr/bin/fr-known-task".into(),
                 ..Default::default()
-            }],
+            }]
+            .into(),
         }],
         tracking_records,
         tracking_record_count: 2,

@@ -1,28 +1,58 @@
-//! The tracking log: drained tracking records, oldest evicted first into the
-//! process table, so `process table + log` describes every moment the log
-//! covers.
+//! The tracking log: drained tracking records, oldest evicted first.
 //!
-//! Records arrive per drain round sorted by time, but rounds drain CPUs one
-//! after another, so the log's order can be off by the length of a round.
-//! The window walk therefore stops at the first record older than the
-//! window start minus [`ORDER_SLACK_NS`], and sorts the records it passed
-//! into "inside the window" and "before it" by their own time.
+//! Three process tables stand beside the records, all sharing structure
+//! (persistent maps, O(1) clones):
+//! - the *live* table, every appended record folded in: the state now;
+//! - the *base* table, every evicted record folded in: the state at the
+//!   oldest record the log holds;
+//! - *checkpoints*, clones of the live table taken every
+//!   `checkpoint_bytes` of records, dropped when their records are evicted.
+//!
+//! A window starting at `t` starts from the newest checkpoint whose records
+//! all lie before `t` and folds only the records after it, so a dump costs
+//! O(records in the window + one checkpoint interval), whatever the log's
+//! fill. Records arrive per drain round sorted by time, but rounds drain
+//! CPUs one after another, so the log's order can be off by the length of a
+//! round: each record after the checkpoint is placed by its own time.
 
-use std::borrow::Cow;
+use std::collections::VecDeque;
 
-use super::process_table::{ProcessCounts, ProcessTable};
+use super::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
 use super::record::{parse, record_time};
 use crate::ring::Corruption;
 use crate::ring::size_at_end::{SizeAtEndError, SizeAtEndRing};
 use crate::snapshot::ProcessState;
 
 /// How far out of time order the log may be (a drain round takes
-/// microseconds; this leaves room for a descheduled drain thread).
+/// microseconds; this leaves room for a descheduled drain thread). Exited
+/// threads are kept this long past the log's oldest record.
 pub const ORDER_SLACK_NS: u64 = 1_000_000_000;
+
+/// Records between checkpoints by default, in bytes.
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 512 << 10;
+
+/// The process table after the records before `seq` were folded.
+struct Checkpoint {
+    /// Index (since the log was created) of the first record not folded.
+    seq: u64,
+    /// Newest record time folded in (`None`: none had a time).
+    max_time: Option<u64>,
+    table: ProcessTable,
+}
 
 pub struct TrackingLog {
     ring: SizeAtEndRing,
-    table: ProcessTable,
+    /// Evicted records folded: the state at the oldest record held.
+    base: Checkpoint,
+    /// Every record folded: the state now.
+    live: ProcessTable,
+    live_max_time: Option<u64>,
+    /// Records appended since creation (the next record's index).
+    appended: u64,
+    /// Oldest first, each `seq` above `base.seq`.
+    checkpoints: VecDeque<Checkpoint>,
+    checkpoint_bytes: u64,
+    bytes_since_checkpoint: u64,
     rejected: u64,
 }
 
@@ -34,6 +64,9 @@ pub struct TrackingWindow {
     pub count: u64,
     /// Threads alive at the window start.
     pub processes: Vec<ProcessState>,
+    /// Log records read to build this (the window's and those between the
+    /// checkpoint used and the window start).
+    pub walked: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,12 +77,26 @@ pub struct TrackingLogStatus {
     pub evicted: u64,
     /// Records the log refused (malformed): counted, never kept.
     pub rejected: u64,
+    /// Checkpoints of the process table held.
+    pub checkpoints: u64,
+}
+
+fn max_time(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 impl TrackingLog {
     /// A log of `capacity` bytes (rounded up to a multiple of 8) over a
-    /// process table seeded by the caller.
-    pub fn new(capacity: u64, table: ProcessTable) -> Result<Self, SizeAtEndError> {
+    /// process table seeded by the caller, with a checkpoint every
+    /// `checkpoint_bytes` of records (at least one record apart).
+    pub fn new(
+        capacity: u64,
+        checkpoint_bytes: u64,
+        table: ProcessTable,
+    ) -> Result<Self, SizeAtEndError> {
         let capacity = usize::try_from(capacity.div_ceil(8).saturating_mul(8)).map_err(|_| {
             SizeAtEndError::New {
                 capacity: usize::MAX,
@@ -57,33 +104,87 @@ impl TrackingLog {
         })?;
         Ok(Self {
             ring: SizeAtEndRing::new(capacity)?,
-            table,
+            live: table.clone(),
+            base: Checkpoint {
+                seq: 0,
+                max_time: None,
+                table,
+            },
+            live_max_time: None,
+            appended: 0,
+            checkpoints: VecDeque::new(),
+            checkpoint_bytes: checkpoint_bytes.max(1),
+            bytes_since_checkpoint: 0,
             rejected: 0,
         })
     }
 
-    /// Appends one whole record; records it evicts are folded into the
-    /// process table. Malformed records are counted and dropped.
+    /// Appends one whole record and folds it into the live table; records
+    /// it evicts are folded into the base table. Malformed records are
+    /// counted and dropped.
     pub fn append(&mut self, record: &[u8]) {
-        let table = &mut self.table;
+        let base = &mut self.base;
+        let mut evicted = false;
         let result = self.ring.append(record, |old| {
+            evicted = true;
+            base.seq += 1;
+            base.max_time = max_time(base.max_time, record_time(old));
             if let Some(parsed) = parse(old) {
-                table.apply(&parsed);
+                base.table.apply(&parsed);
             }
         });
         if result.is_err() {
             self.rejected += 1;
+        } else {
+            self.appended += 1;
+            self.live_max_time = max_time(self.live_max_time, record_time(record));
+            if let Some(parsed) = parse(record) {
+                self.live.apply(&parsed);
+            }
+            self.bytes_since_checkpoint += record.len() as u64;
+            if self.bytes_since_checkpoint >= self.checkpoint_bytes {
+                self.bytes_since_checkpoint = 0;
+                self.checkpoints.push_back(Checkpoint {
+                    seq: self.appended,
+                    max_time: self.live_max_time,
+                    table: self.live.clone(),
+                });
+            }
+        }
+        if evicted {
+            while self
+                .checkpoints
+                .front()
+                .is_some_and(|c| c.seq <= self.base.seq)
+            {
+                self.checkpoints.pop_front();
+            }
+            // Exits older than what the log covers (less the order slack)
+            // matter to no window the log can serve: age them out.
+            if let Some(oldest) = self.base.max_time {
+                let horizon = oldest.saturating_sub(ORDER_SLACK_NS);
+                self.base.table.forget_exited_before(horizon);
+                self.live.forget_exited_before(horizon);
+            }
         }
     }
 
+    /// The state at the oldest record the log holds.
     pub fn table(&self) -> &ProcessTable {
-        &self.table
+        &self.base.table
+    }
+
+    /// The state now: every record of the log folded in, exited threads
+    /// included until they are forgotten. O(1) to read.
+    pub fn current_table(&self) -> &ProcessTable {
+        &self.live
     }
 
     /// No window will start before `time` again: forget threads that had
     /// exited by then.
     pub fn forget_exited_before(&mut self, time: u64) {
-        self.table.forget_exited_before(time);
+        self.base.table.forget_exited_before(time);
+        self.live.forget_exited_before(time);
     }
 
     pub fn status(&self) -> TrackingLogStatus {
@@ -93,69 +194,61 @@ impl TrackingLog {
             records: self.ring.len() as u64,
             evicted: self.ring.evicted(),
             rejected: self.rejected,
+            checkpoints: self.checkpoints.len() as u64,
         }
     }
 
+    /// Counts of the live table.
     pub fn process_counts(&self) -> ProcessCounts {
-        self.table.counts()
+        self.live.counts()
     }
 
-    /// The table with every record of the log folded in: the current state,
-    /// exited threads included until they are forgotten.
-    pub fn current_table(&self) -> Result<ProcessTable, Corruption> {
-        let mut records = Vec::new();
-        for record in self.ring.iter_back() {
-            records.push(record?);
-        }
-        let mut table = self.table.clone();
-        for record in records.iter().rev() {
-            if let Some(parsed) = parse(record) {
-                table.apply(&parsed);
-            }
-        }
-        Ok(table)
+    /// What the live table's limits dropped.
+    pub fn dropped(&self) -> DroppedCounts {
+        self.live.dropped()
+    }
+
+    pub fn limits(&self) -> TrackingLimits {
+        self.live.limits()
     }
 
     /// The records at or after `start_ns` (oldest first) and the threads
-    /// alive at `start_ns`: the table with every older log record folded
-    /// into a copy of it.
+    /// alive at `start_ns`: the newest checkpoint holding only older records,
+    /// with the older records after it folded into a clone of it.
     pub fn window(&self, start_ns: u64) -> Result<TrackingWindow, Corruption> {
-        let cutoff = start_ns.saturating_sub(ORDER_SLACK_NS);
-        let mut inside: Vec<Cow<'_, [u8]>> = Vec::new();
-        let mut before: Vec<Cow<'_, [u8]>> = Vec::new();
-        let mut walk = self.ring.iter_back();
-        // Newest first: the window, then (past the first record older than
-        // the cutoff) the records the window does not need.
-        for record in walk.by_ref() {
-            let record = record?;
-            match record_time(&record) {
-                Some(t) if t < cutoff => {
-                    before.push(record);
-                    break;
+        let before_start = |c: &Checkpoint| c.max_time.is_none_or(|t| t < start_ns);
+        // max_time grows with seq: the usable checkpoints are a prefix.
+        let usable = self.checkpoints.partition_point(before_start);
+        let from = match usable.checked_sub(1) {
+            Some(i) => &self.checkpoints[i],
+            None => &self.base,
+        };
+        let n = usize::try_from(self.appended - from.seq).unwrap_or(usize::MAX);
+        let mut newest_first = Vec::with_capacity(n.min(self.ring.len()));
+        for record in self.ring.iter_back().take(n) {
+            newest_first.push(record?);
+        }
+        let mut table = from.table.clone();
+        let mut inside = Vec::new();
+        for record in newest_first.iter().rev() {
+            match record_time(record) {
+                Some(t) if t < start_ns => {
+                    if let Some(parsed) = parse(record) {
+                        table.apply(&parsed);
+                    }
                 }
-                Some(t) if t < start_ns => before.push(record),
                 _ => inside.push(record),
             }
         }
-        let mut older: Vec<Cow<'_, [u8]>> = Vec::new();
-        for record in walk {
-            older.push(record?);
-        }
-
-        let mut table = self.table.clone();
-        for record in older.iter().rev().chain(before.iter().rev()) {
-            if let Some(parsed) = parse(record) {
-                table.apply(&parsed);
-            }
-        }
         let mut records = Vec::with_capacity(inside.iter().map(|r| r.len()).sum());
-        for record in inside.iter().rev() {
+        for record in &inside {
             records.extend_from_slice(record);
         }
         Ok(TrackingWindow {
             records,
             count: inside.len() as u64,
             processes: table.state_at(start_ns),
+            walked: newest_first.len() as u64,
         })
     }
 }
@@ -176,7 +269,7 @@ mod tests {
         let rec = build::fork(10, 1, 10, 1, 1);
         // Room for two FORK frames only.
         let mut log =
-            TrackingLog::new(2 * (rec.len() as u64 + 8), ProcessTable::default()).unwrap();
+            TrackingLog::new(2 * (rec.len() as u64 + 8), 1 << 20, ProcessTable::default()).unwrap();
         log.append(&build::fork(10, 1, 10, 1, 1));
         log.append(&build::comm(10, 10, "first", true, 2));
         assert!(log.table().lookup(10).is_none());
@@ -192,7 +285,7 @@ mod tests {
     #[test]
     fn window_splits_at_its_start() {
         let s = ORDER_SLACK_NS;
-        let mut log = TrackingLog::new(1 << 16, ProcessTable::default()).unwrap();
+        let mut log = TrackingLog::new(1 << 16, 1 << 20, ProcessTable::default()).unwrap();
         log.append(&build::fork(20, 1, 20, 1, s + 100));
         log.append(&build::comm(20, 20, "old", true, s + 110));
         log.append(&build::fork(21, 1, 21, 1, 3 * s));
@@ -217,7 +310,7 @@ mod tests {
     #[test]
     fn out_of_order_records_within_the_slack_are_placed_by_time() {
         let s = ORDER_SLACK_NS;
-        let mut log = TrackingLog::new(1 << 16, ProcessTable::default()).unwrap();
+        let mut log = TrackingLog::new(1 << 16, 1 << 20, ProcessTable::default()).unwrap();
         log.append(&build::fork(30, 1, 30, 1, 10 * s));
         // Drained in a later round though older (another CPU).
         log.append(&build::comm(31, 31, "late", false, 10 * s - 5));

@@ -2,11 +2,13 @@
 //! the process table.
 //!
 //! - [`record`]: parsing the records the tracking event emits.
+//! - [`maps`]: a process's mappings, shared between forks and snapshots.
 //! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
 
 pub mod drain;
 pub mod log;
+pub mod maps;
 pub mod process_table;
 pub mod procfs;
 pub mod record;

@@ -1,5 +1,4 @@
-//! The process table: who was running what, folded from tracking records
-//! that left the tracking log, on top of a /proc scan taken at start-up.
+//! The process table: who was running what, folded from tracking records.
 //!
 //! Fold rules: FORK adds a thread (a new process inherits its parent's maps,
 //! as fork copies the address space); COMM replaces the comm and, on exec,
@@ -10,39 +9,69 @@
 //! threads stay resolvable until [`ProcessTable::forget_exited_before`] or
 //! the exited-thread limit drops them, oldest exit first.
 //!
+//! Every collection is persistent (`imbl`): cloning the table is O(1) and
+//! shares all of it, an update copies O(log n) nodes. A forked process
+//! shares its parent's [`Maps`] until one of them maps something. Memory is
+//! bounded by [`TrackingLimits`]: live threads (the kernel's own bound) plus
+//! at most `max_exited_threads` exited ones, each process holding at most
+//! `max_maps_per_process` maps; what a limit refused is counted.
+//!
 //! A pid reused while its previous owner is still kept replaces it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
+use super::maps::Maps;
 use super::record::{Parsed, TrackingRecord};
-use crate::snapshot::{MapState, ProcessState};
+use crate::snapshot::ProcessState;
 
 /// Exited threads kept by default.
-pub const DEFAULT_MAX_EXITED: usize = 32_768;
+pub const DEFAULT_MAX_EXITED: usize = 16_384;
+/// Executable maps kept per process by default (the kernel's default
+/// `vm.max_map_count` is 65530 maps of any kind).
+pub const DEFAULT_MAX_MAPS_PER_PROCESS: usize = 16_384;
+
+/// The bounds of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrackingLimits {
+    /// Exited threads kept (oldest exit dropped first).
+    pub max_exited_threads: usize,
+    /// Maps kept per process: at the limit, further maps are refused.
+    pub max_maps_per_process: usize,
+}
+
+impl Default for TrackingLimits {
+    fn default() -> Self {
+        Self {
+            max_exited_threads: DEFAULT_MAX_EXITED,
+            max_maps_per_process: DEFAULT_MAX_MAPS_PER_PROCESS,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Thread {
     pid: u32,
     ppid: u32,
-    comm: String,
+    comm: Arc<str>,
     exit_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
 pub struct ProcessTable {
-    threads: HashMap<u32, Thread>,
+    threads: imbl::HashMap<u32, Thread>,
     /// Maps per process (tgid).
-    maps: HashMap<u32, Vec<MapState>>,
+    maps: imbl::HashMap<u32, Maps>,
     /// Threads kept per process: its maps go with the last one.
-    members: HashMap<u32, usize>,
+    members: imbl::HashMap<u32, usize>,
     /// (exit time, tid) of exited threads, oldest first.
-    exited: BTreeSet<(u64, u32)>,
-    max_exited: usize,
+    exited: imbl::OrdSet<(u64, u32)>,
+    limits: TrackingLimits,
+    dropped: DroppedCounts,
 }
 
 impl Default for ProcessTable {
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_EXITED)
+        Self::new(TrackingLimits::default())
     }
 }
 
@@ -54,15 +83,33 @@ pub struct ProcessCounts {
     pub processes_with_maps: usize,
 }
 
+/// What the limits made the table drop, since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DroppedCounts {
+    /// Exited threads dropped by `max_exited_threads` before they aged out.
+    pub exited_threads: u64,
+    /// Maps refused by `max_maps_per_process`.
+    pub maps: u64,
+}
+
 impl ProcessTable {
-    pub fn new(max_exited: usize) -> Self {
+    pub fn new(limits: TrackingLimits) -> Self {
         Self {
-            threads: HashMap::new(),
-            maps: HashMap::new(),
-            members: HashMap::new(),
-            exited: BTreeSet::new(),
-            max_exited,
+            threads: imbl::HashMap::new(),
+            maps: imbl::HashMap::new(),
+            members: imbl::HashMap::new(),
+            exited: imbl::OrdSet::new(),
+            limits,
+            dropped: DroppedCounts::default(),
         }
+    }
+
+    pub fn limits(&self) -> TrackingLimits {
+        self.limits
+    }
+
+    pub fn dropped(&self) -> DroppedCounts {
+        self.dropped
     }
 
     /// Adds (or replaces) a live thread, e.g. from /proc. `maps` are the
@@ -70,14 +117,20 @@ impl ProcessTable {
     pub fn insert(&mut self, state: ProcessState) {
         self.remove_thread(state.tid);
         if state.tid == state.pid || !state.maps.is_empty() {
-            self.maps.insert(state.pid, state.maps);
+            let mut maps = state.maps;
+            let cap = self.limits.max_maps_per_process;
+            if maps.len() > cap {
+                self.dropped.maps += (maps.len() - cap) as u64;
+                maps = maps.iter().take(cap).cloned().collect::<Vec<_>>().into();
+            }
+            self.maps.insert(state.pid, maps);
         }
         self.add_thread(
             state.tid,
             Thread {
                 pid: state.pid,
                 ppid: state.ppid,
-                comm: state.comm,
+                comm: state.comm.into(),
                 exit_ns: None,
             },
         );
@@ -114,13 +167,16 @@ impl ProcessTable {
                 ptid,
             } => {
                 let parent = self.threads.get(ptid).cloned();
-                let comm = parent.as_ref().map(|p| p.comm.clone()).unwrap_or_default();
+                let comm = parent
+                    .as_ref()
+                    .map_or_else(|| Arc::from(""), |p| Arc::clone(&p.comm));
                 // A thread's parent process is its process's parent.
                 let thread_ppid = if pid == ppid {
                     parent.map_or(*ppid, |p| p.ppid)
                 } else {
                     *ppid
                 };
+                // Shared, not copied: O(1) whatever the parent maps.
                 let inherited = (pid != ppid)
                     .then(|| self.maps.get(ppid).cloned())
                     .flatten();
@@ -146,7 +202,11 @@ impl ProcessTable {
                 exec,
             } => {
                 match self.threads.get_mut(tid) {
-                    Some(thread) if thread.pid == *pid => thread.comm.clone_from(comm),
+                    Some(thread) if thread.pid == *pid => {
+                        if *thread.comm != **comm {
+                            thread.comm = comm.as_str().into();
+                        }
+                    }
                     _ => {
                         // Unknown thread (or one that changed process in
                         // exec's de_thread): take the record's word for it.
@@ -157,18 +217,24 @@ impl ProcessTable {
                             Thread {
                                 pid: *pid,
                                 ppid,
-                                comm: comm.clone(),
+                                comm: comm.as_str().into(),
                                 exit_ns: None,
                             },
                         );
                     }
                 }
                 if *exec {
-                    self.maps.insert(*pid, Vec::new());
+                    self.maps.insert(*pid, Maps::new());
                 }
             }
             TrackingRecord::Mmap { pid, map, .. } => {
-                add_map(self.maps.entry(*pid).or_default(), map.clone());
+                let cap = self.limits.max_maps_per_process;
+                let maps = self.maps.entry(*pid).or_default();
+                if maps.len() >= cap {
+                    self.dropped.maps += 1;
+                } else {
+                    maps.insert(map.clone());
+                }
             }
             TrackingRecord::Exit { tid, .. } => {
                 if let Some(thread) = self.threads.get_mut(tid)
@@ -184,18 +250,19 @@ impl ProcessTable {
     }
 
     fn enforce_exited_limit(&mut self) {
-        while self.exited.len() > self.max_exited {
-            let Some(&(_, tid)) = self.exited.first() else {
+        while self.exited.len() > self.limits.max_exited_threads {
+            let Some(&(_, tid)) = self.exited.get_min() else {
                 break;
             };
             self.remove_thread(tid);
+            self.dropped.exited_threads += 1;
         }
     }
 
     /// Drops threads that exited at or before `time` (no window can start
     /// before `time` any more).
     pub fn forget_exited_before(&mut self, time: u64) {
-        while let Some(&(exit, tid)) = self.exited.first() {
+        while let Some(&(exit, tid)) = self.exited.get_min() {
             if exit > time {
                 break;
             }
@@ -203,24 +270,28 @@ impl ProcessTable {
         }
     }
 
+    fn state(&self, tid: u32, t: &Thread, maps: bool) -> ProcessState {
+        ProcessState {
+            pid: t.pid,
+            tid,
+            ppid: t.ppid,
+            comm: t.comm.to_string(),
+            maps: if maps {
+                self.maps.get(&t.pid).cloned().unwrap_or_default()
+            } else {
+                Maps::new()
+            },
+        }
+    }
+
     /// Threads alive at `time` (not exited at or before it), sorted by
-    /// (pid, tid), with maps on each process's leader.
+    /// (pid, tid), with maps (shared, not copied) on each process's leader.
     pub fn state_at(&self, time: u64) -> Vec<ProcessState> {
         let mut out: Vec<ProcessState> = self
             .threads
             .iter()
             .filter(|(_, t)| t.exit_ns.is_none_or(|e| e > time))
-            .map(|(&tid, t)| ProcessState {
-                pid: t.pid,
-                tid,
-                ppid: t.ppid,
-                comm: t.comm.clone(),
-                maps: if tid == t.pid {
-                    self.maps.get(&t.pid).cloned().unwrap_or_default()
-                } else {
-                    Vec::new()
-                },
-            })
+            .map(|(&tid, t)| self.state(tid, t, tid == t.pid))
             .collect();
         out.sort_by_key(|p| (p.pid, p.tid));
         out
@@ -229,18 +300,20 @@ impl ProcessTable {
     /// The thread `tid` as currently known (exited ones included).
     pub fn lookup(&self, tid: u32) -> Option<ProcessState> {
         let t = self.threads.get(&tid)?;
-        Some(ProcessState {
-            pid: t.pid,
-            tid,
-            ppid: t.ppid,
-            comm: t.comm.clone(),
-            maps: self.maps.get(&t.pid).cloned().unwrap_or_default(),
-        })
+        Some(self.state(tid, t, true))
     }
 
     /// When `tid` exited, if it did.
     pub fn exit_time(&self, tid: u32) -> Option<u64> {
         self.threads.get(&tid)?.exit_ns
+    }
+
+    /// Whether `a` and `b` share their map storage (tests of the sharing).
+    pub fn maps_shared(&self, a: u32, b: u32) -> bool {
+        match (self.maps.get(&a), self.maps.get(&b)) {
+            (Some(x), Some(y)) => x.shares_storage_with(y),
+            _ => false,
+        }
     }
 
     pub fn counts(&self) -> ProcessCounts {
@@ -252,44 +325,11 @@ impl ProcessTable {
     }
 }
 
-/// Inserts `map` keeping maps sorted and disjoint: the parts of older maps
-/// it covers are cut away (as a new mmap replaces what it overlaps).
-fn add_map(maps: &mut Vec<MapState>, map: MapState) {
-    let (start, end) = (map.start, map.start.saturating_add(map.len));
-    if start >= end {
-        return;
-    }
-    let mut kept = Vec::with_capacity(maps.len() + 2);
-    for old in maps.drain(..) {
-        let (old_start, old_end) = (old.start, old.start.saturating_add(old.len));
-        if old_end <= start || old_start >= end {
-            kept.push(old);
-            continue;
-        }
-        if old_start < start {
-            kept.push(MapState {
-                len: start - old_start,
-                ..old.clone()
-            });
-        }
-        if old_end > end {
-            kept.push(MapState {
-                start: end,
-                len: old_end - end,
-                pgoff: old.pgoff.wrapping_add(end - old_start),
-                ..old
-            });
-        }
-    }
-    kept.push(map);
-    kept.sort_by_key(|m| m.start);
-    *maps = kept;
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::record::{build, parse};
     use super::*;
+    use crate::snapshot::MapState;
 
     fn fold(table: &mut ProcessTable, records: &[Vec<u8>]) {
         for r in records {
@@ -315,7 +355,7 @@ mod tests {
             tid: 100,
             ppid: 1,
             comm: "bash".into(),
-            maps: vec![exe_map(0x1000, 0x1000, "/usr/bin/bash")],
+            maps: vec![exe_map(0x1000, 0x1000, "/usr/bin/bash")].into(),
         });
         t
     }
@@ -391,7 +431,7 @@ mod tests {
         let maps = t.lookup(100).unwrap().maps;
         let spans: Vec<_> = maps
             .iter()
-            .map(|m| (m.start, m.len, m.pgoff, m.filename.as_str()))
+            .map(|m| (m.start, m.len, m.pgoff, &*m.filename))
             .collect();
         assert_eq!(
             spans,
@@ -405,7 +445,10 @@ mod tests {
 
     #[test]
     fn pid_reuse_replaces_and_exited_limit_holds() {
-        let mut t = ProcessTable::new(2);
+        let mut t = ProcessTable::new(TrackingLimits {
+            max_exited_threads: 2,
+            ..TrackingLimits::default()
+        });
         for (i, pid) in [10u32, 11, 12].iter().enumerate() {
             let time = i as u64 * 10;
             fold(
@@ -417,6 +460,7 @@ mod tests {
             );
         }
         assert_eq!(t.counts().exited_threads, 2);
+        assert_eq!(t.dropped().exited_threads, 1);
         assert!(t.lookup(10).is_none(), "oldest exit dropped first");
         assert!(t.lookup(11).is_some() && t.lookup(12).is_some());
         // pid 12 comes back as a new process: alive again, no stale exit.

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::process_table::ProcessTable;
-use crate::snapshot::{MapState, ProcessState};
+use crate::snapshot::{MapState, Maps, ProcessState};
 
 const PROT_READ: u32 = 1;
 const PROT_WRITE: u32 = 2;
@@ -73,9 +73,9 @@ fn parse_maps_line(line: &str) -> Option<MapState> {
             MAP_PRIVATE
         },
         filename: if path.is_empty() {
-            "//anon".to_string()
+            "//anon".into()
         } else {
-            path.to_string()
+            path.into()
         },
     })
 }
@@ -122,9 +122,9 @@ pub fn seed_from_proc(proc_root: &Path, table: &mut ProcessTable) -> usize {
                 ppid,
                 comm: comm.trim_end_matches('\n').to_string(),
                 maps: if tid == pid {
-                    maps.take().unwrap_or_default()
+                    maps.take().unwrap_or_default().into()
                 } else {
-                    Vec::new()
+                    Maps::new()
                 },
             });
             threads += 1;

@@ -128,7 +128,7 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
                     ino_generation: if build_id { 0 } else { get_u64(record, 56) },
                     prot: get_u32(record, 64),
                     flags: get_u32(record, 68),
-                    filename: c_string(&record[72..body_end]),
+                    filename: c_string(&record[72..body_end]).into(),
                 },
             }
         }
@@ -143,7 +143,7 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
                     pgoff: get_u64(record, 32),
                     // PROT_EXEC: MMAP records are emitted for executable maps.
                     prot: 4,
-                    filename: c_string(&record[40..body_end]),
+                    filename: c_string(&record[40..body_end]).into(),
                     ..MapState::default()
                 },
             }
