@@ -136,6 +136,7 @@ fn main() {
             ring_bytes_per_cpu: ring_bytes,
             tracking_ring_bytes_per_cpu: 256 << 10,
             tracking_log_bytes: 16 << 20,
+            ..RecorderConfig::default()
         })
         .expect("recorder starts");
         let cpus = recorder.cpus();

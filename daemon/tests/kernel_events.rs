@@ -13,6 +13,7 @@ fn start_error(spec: EventSpec) -> String {
         ring_bytes_per_cpu: 16 << 10,
         tracking_ring_bytes_per_cpu: 16 << 10,
         tracking_log_bytes: 64 << 10,
+        ..RecorderConfig::default()
     };
     match Recorder::start(&config) {
         Ok(_) => panic!("recorder started"),
@@ -86,6 +87,7 @@ fn good_filters_and_software_events_open() {
         ring_bytes_per_cpu: 64 << 10,
         tracking_ring_bytes_per_cpu: 16 << 10,
         tracking_log_bytes: 64 << 10,
+        ..RecorderConfig::default()
     };
     let recorder = Recorder::start(&config).expect("recorder starts");
     let names: Vec<&str> = recorder.events().iter().map(|e| e.name.as_str()).collect();

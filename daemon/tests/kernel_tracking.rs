@@ -17,6 +17,7 @@ fn recorder(tracking_log_bytes: u64) -> Recorder {
         ring_bytes_per_cpu: 1 << 20,
         tracking_ring_bytes_per_cpu: 64 << 10,
         tracking_log_bytes,
+        ..RecorderConfig::default()
     })
     .expect("recorder starts")
 }
@@ -136,6 +137,7 @@ fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
         // 4 pages: the watermark wakes the drain every 4 KiB of records.
         tracking_ring_bytes_per_cpu: 16 << 10,
         tracking_log_bytes: 4 << 20,
+        ..RecorderConfig::default()
     })
     .expect("recorder starts");
     let before = recorder.status().tracking_log.records;

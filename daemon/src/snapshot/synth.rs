@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn overlong_file_name_is_skipped_not_truncated() {
         let map = MapState {
-            filename: "x".repeat(70_000),
+            filename: "x".repeat(70_000).into(),
             ..Default::default()
         };
         let id = SampleId {

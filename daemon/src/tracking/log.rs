@@ -320,3 +320,166 @@ mod tests {
         assert!(w.processes.iter().any(|p| p.tid == 31 && p.comm == "late"));
     }
 }
+
+#[cfg(test)]
+mod checkpoint_tests {
+    use proptest::prelude::*;
+
+    use super::super::process_table::TrackingLimits;
+    use super::super::record::build;
+    use super::*;
+    use crate::snapshot::MapState;
+
+    fn seeded() -> ProcessTable {
+        let mut t = ProcessTable::default();
+        t.insert(ProcessState {
+            pid: 1,
+            tid: 1,
+            ppid: 0,
+            comm: "init".into(),
+            maps: vec![MapState {
+                start: 0x1000,
+                len: 0x1000,
+                prot: 5,
+                filename: "/sbin/init".into(),
+                ..MapState::default()
+            }]
+            .into(),
+        });
+        t
+    }
+
+    /// The reference: every record older than `start` folded, in log order,
+    /// into the seed; the others are the window.
+    fn brute_force(records: &[Vec<u8>], start: u64) -> (Vec<ProcessState>, Vec<u8>) {
+        let mut table = seeded();
+        let mut inside = Vec::new();
+        for r in records {
+            match record_time(r) {
+                Some(t) if t < start => table.apply(&parse(r).unwrap()),
+                _ => inside.extend_from_slice(r),
+            }
+        }
+        (table.state_at(start), inside)
+    }
+
+    /// One random tracking record over a few pids, at `time`.
+    fn record(kind: u8, a: u32, b: u32, time: u64) -> Vec<u8> {
+        let (pid, other) = (2 + a % 12, 1 + b % 13);
+        match kind % 6 {
+            0 => build::fork(pid, other, pid, other, time),
+            // A thread of `other`.
+            1 => build::fork(other, other, pid + 100, other, time),
+            2 => build::comm(pid, pid, &format!("c{b}"), b % 2 == 0, time),
+            3 | 4 => build::mmap2(
+                pid,
+                pid,
+                &MapState {
+                    start: u64::from(b % 8) * 0x1000,
+                    len: u64::from(1 + a % 3) * 0x1000,
+                    prot: 5,
+                    filename: format!("/lib/l{a}.so").into(),
+                    ..MapState::default()
+                },
+                time,
+            ),
+            _ => build::exit(pid, other, pid, pid, time),
+        }
+    }
+
+    proptest! {
+        /// The state at a window start via checkpoints equals the fold of
+        /// every older record, for random streams a little out of order.
+        #[test]
+        fn window_via_checkpoints_equals_the_brute_force_fold(
+            ops in prop::collection::vec((any::<u8>(), any::<u32>(), any::<u32>(), 0u64..30), 20..300),
+            starts in prop::collection::vec(0u64..3200, 1..6),
+        ) {
+            let mut log = TrackingLog::new(1 << 20, 256, seeded()).unwrap();
+            let mut records = Vec::new();
+            for (i, (kind, a, b, jitter)) in ops.into_iter().enumerate() {
+                // Mostly in time order, some records up to 30ns late.
+                let time = (i as u64 * 10 + 30).saturating_sub(jitter);
+                let r = record(kind, a, b, time);
+                log.append(&r);
+                records.push(r);
+            }
+            prop_assert!(log.status().checkpoints > 0);
+            for start in starts {
+                let w = log.window(start).unwrap();
+                let (processes, inside) = brute_force(&records, start);
+                prop_assert_eq!(&w.processes, &processes, "start {}", start);
+                prop_assert_eq!(&w.records, &inside);
+            }
+            // The live table is the fold of everything.
+            let (now, _) = brute_force(&records, u64::MAX);
+            prop_assert_eq!(log.current_table().state_at(u64::MAX), now);
+        }
+    }
+
+    #[test]
+    fn a_window_walks_only_its_records_and_one_checkpoint_interval() {
+        let interval = 4096;
+        let mut log = TrackingLog::new(64 << 20, interval, seeded()).unwrap();
+        let n = 100_000u32;
+        for i in 0..n {
+            let pid = 1000 + i % 30_000;
+            log.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
+            log.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
+        }
+        let fork_len = build::fork(1, 1, 1, 1, 0).len() as u64;
+        let per_interval = interval / fork_len + 1;
+        // The last 50 records.
+        let w = log.window(u64::from(n) * 2 - 50).unwrap();
+        assert_eq!(w.count, 50);
+        assert!(
+            w.walked <= w.count + per_interval,
+            "walked {} records for a window of {} (interval {} records)",
+            w.walked,
+            w.count,
+            per_interval
+        );
+        assert_eq!(log.status().records, 2 * u64::from(n));
+    }
+
+    #[test]
+    fn exits_age_out_with_the_log_and_checkpoints_with_their_records() {
+        let s = ORDER_SLACK_NS;
+        let rec = build::fork(10, 1, 10, 1, 0);
+        // About ten FORK/EXIT records fit.
+        let mut log = TrackingLog::new(10 * (rec.len() as u64 + 8), 1, seeded()).unwrap();
+        log.append(&build::fork(10, 1, 10, 1, s));
+        log.append(&build::exit(10, 1, 10, 10, s + 1));
+        assert_eq!(log.current_table().exit_time(10), Some(s + 1));
+        for i in 0..30u32 {
+            let t = 3 * s + u64::from(i);
+            log.append(&build::fork(20 + i, 1, 20 + i, 1, t));
+        }
+        // The log now starts past s + 1 + slack: tid 10 is forgotten.
+        assert!(log.current_table().lookup(10).is_none());
+        assert!(log.table().lookup(10).is_none());
+        let st = log.status();
+        assert!(st.evicted > 0);
+        // One checkpoint per record, none older than the log.
+        assert!(st.checkpoints <= st.records, "{st:?}");
+        // A window before every checkpoint starts from the base table.
+        let w = log.window(0).unwrap();
+        assert_eq!(w.count, st.records);
+    }
+
+    #[test]
+    fn the_exited_limit_is_counted() {
+        let limits = TrackingLimits {
+            max_exited_threads: 5,
+            ..TrackingLimits::default()
+        };
+        let mut log = TrackingLog::new(1 << 20, 1 << 20, ProcessTable::new(limits)).unwrap();
+        for pid in 100..120u32 {
+            log.append(&build::fork(pid, 1, pid, 1, u64::from(pid)));
+            log.append(&build::exit(pid, 1, pid, pid, u64::from(pid)));
+        }
+        assert_eq!(log.process_counts().exited_threads, 5);
+        assert_eq!(log.dropped().exited_threads, 15);
+        assert_eq!(log.limits(), limits);
+    }
+}

@@ -397,6 +397,66 @@ mod tests {
     }
 
     #[test]
+    fn forks_share_their_parents_maps_until_they_map() {
+        let mut t = seeded();
+        let many: Vec<MapState> = (0..2000u64)
+            .map(|i| exe_map(0x10_0000 + i * 0x2000, 0x1000, "/tmp/hostile"))
+            .collect();
+        t.insert(ProcessState {
+            pid: 100,
+            tid: 100,
+            ppid: 1,
+            comm: "bash".into(),
+            maps: many.into(),
+        });
+        for child in 200..3200u32 {
+            fold(&mut t, &[build::fork(child, 100, child, 100, 5)]);
+            assert!(t.maps_shared(100, child), "child {child} copied the maps");
+        }
+        fold(
+            &mut t,
+            &[build::mmap2(
+                250,
+                250,
+                &exe_map(0x9000_0000, 0x1000, "/lib/own.so"),
+                6,
+            )],
+        );
+        assert!(!t.maps_shared(100, 250));
+        assert_eq!(t.lookup(250).unwrap().maps.len(), 2001);
+        assert_eq!(t.lookup(100).unwrap().maps.len(), 2000);
+        assert!(t.maps_shared(100, 251));
+    }
+
+    #[test]
+    fn maps_past_the_limit_are_refused_and_counted() {
+        let mut t = ProcessTable::new(TrackingLimits {
+            max_maps_per_process: 3,
+            ..TrackingLimits::default()
+        });
+        let records: Vec<Vec<u8>> = (0..10u64)
+            .map(|i| build::mmap2(7, 7, &exe_map(i * 0x1000, 0x1000, "/x"), i))
+            .collect();
+        fold(&mut t, &[build::fork(7, 1, 7, 1, 0)]);
+        fold(&mut t, &records);
+        assert_eq!(t.lookup(7).unwrap().maps.len(), 3);
+        assert_eq!(t.dropped().maps, 7);
+        // A seed above the limit is cut too.
+        t.insert(ProcessState {
+            pid: 8,
+            tid: 8,
+            ppid: 1,
+            comm: "big".into(),
+            maps: (0..5u64)
+                .map(|i| exe_map(i * 0x1000, 0x1000, "/y"))
+                .collect::<Vec<_>>()
+                .into(),
+        });
+        assert_eq!(t.lookup(8).unwrap().maps.len(), 3);
+        assert_eq!(t.dropped().maps, 9);
+    }
+
+    #[test]
     fn threads_share_the_process_and_its_parent() {
         let mut t = seeded();
         fold(

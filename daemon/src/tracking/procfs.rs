@@ -172,14 +172,14 @@ garbage line
                 filename: "/usr/bin/bash".into(),
             }
         );
-        assert_eq!(got[1].filename, "//anon");
+        assert_eq!(&*got[1].filename, "//anon");
         assert_eq!(got[1].prot, PROT_READ | PROT_WRITE | PROT_EXEC);
         assert_eq!(
             (got[2].maj, got[2].min, got[2].flags),
             (0xfd, 2, MAP_SHARED)
         );
-        assert_eq!(got[2].filename, "/tmp/with space.so");
-        assert_eq!(got[3].filename, "[vdso]");
+        assert_eq!(&*got[2].filename, "/tmp/with space.so");
+        assert_eq!(&*got[3].filename, "[vdso]");
     }
 
     #[test]
@@ -194,7 +194,7 @@ garbage line
         assert_eq!(state.comm, comm.trim_end());
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(
-            state.maps.iter().any(|m| Path::new(&m.filename) == exe),
+            state.maps.iter().any(|m| Path::new(&*m.filename) == exe),
             "own executable mapped: {:?}",
             state.maps
         );
