@@ -20,18 +20,23 @@ const FORKS: usize = 3000;
 /// Unprivileged: nobody.
 const NOBODY: u32 = 65534;
 
-/// Maps `sys.executable`'s first page MAPS times with PROT_EXEC, forks and
-/// exits FORKS times, prints "ready", then waits for stdin to close.
+/// Maps `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks
+/// `argv[2]` children that exit at once (or, with `argv[3]` = "stay", wait
+/// for stdin to close), prints "ready", then waits for stdin to close.
 const STORM: &str = r#"
 import mmap, os, sys
 fd = os.open(sys.executable, os.O_RDONLY)
 maps = [mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
         for _ in range(int(sys.argv[1]))]
+stay = sys.argv[3] == "stay"
 for _ in range(int(sys.argv[2])):
     pid = os.fork()
     if pid == 0:
+        if stay:
+            sys.stdin.read()
         os._exit(0)
-    os.waitpid(pid, 0)
+    if not stay:
+        os.waitpid(pid, 0)
 print("ready", len(maps), flush=True)
 sys.stdin.read()
 "#;
@@ -64,9 +69,10 @@ struct Storm(Child);
 
 impl Storm {
     /// Runs the storm as nobody and waits for it to finish its forks.
-    fn run() -> Self {
+    fn run(maps: usize, forks: usize, children_stay: bool) -> Self {
+        let stay = if children_stay { "stay" } else { "exit" };
         let mut child = Command::new(python())
-            .args(["-c", STORM, &MAPS.to_string(), &FORKS.to_string()])
+            .args(["-c", STORM, &maps.to_string(), &forks.to_string(), stay])
             .uid(NOBODY)
             .gid(NOBODY)
             .current_dir("/")
@@ -78,17 +84,39 @@ impl Storm {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("read the storm's output");
-        assert_eq!(line.trim(), format!("ready {MAPS}"), "the storm failed");
+        assert_eq!(line.trim(), format!("ready {maps}"), "the storm failed");
         Storm(child)
     }
 }
 
 impl Drop for Storm {
     fn drop(&mut self) {
-        // Closing stdin ends it; kill in case it is stuck.
+        // Closing stdin ends it and any children that stayed.
         drop(self.0.stdin.take());
-        let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Dumps until the window starts after the storm (fewer than a third of
+/// its `storm_records` in the window): that dump rebuilds the state the
+/// storm left. Returns the last reply and (tracking records, capture ns)
+/// of every dump.
+fn dump_past(d: &Daemon, storm_records: u64) -> (Value, Vec<(u64, u64)>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut dumps = Vec::new();
+    loop {
+        let v = d.json(&["dump"]);
+        let tracking_records = v["tracking_records"].as_u64().unwrap();
+        let capture_ns = v["timings"]["capture_ns"].as_u64().unwrap();
+        dumps.push((tracking_records, capture_ns));
+        if tracking_records < storm_records / 3 {
+            return (v, dumps);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sample rings never moved past the storm: {dumps:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -109,7 +137,7 @@ fn fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast() {
     let (idle_before, _) = rss(pid);
     let records_before = tracking(&d)["log_records"].as_u64().unwrap();
 
-    let storm = Storm::run();
+    let storm = Storm::run(MAPS, FORKS, false);
     let t = tracking(&d);
     let storm_records = t["log_records"].as_u64().unwrap() - records_before;
     assert!(
@@ -119,27 +147,10 @@ fn fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast() {
     assert_eq!(t["evicted_records"], 0, "the storm fits in the log: {t}");
     let (idle_after, _) = rss(pid);
 
-    // Dump until the window starts after the storm (its records are no
-    // longer in the window): that dump rebuilds the state the storm left.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut dumps = Vec::new();
     // Reset VmHWM to the current RSS, so it shows the dumps' peak alone.
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
     let (rss_before_dumps, hwm_before_dumps) = rss(pid);
-    loop {
-        let v = d.json(&["dump"]);
-        let tracking_records = v["tracking_records"].as_u64().unwrap();
-        let capture_ns = v["timings"]["capture_ns"].as_u64().unwrap();
-        dumps.push((tracking_records, capture_ns));
-        if tracking_records < storm_records / 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the sample rings never moved past the storm: {dumps:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let (_, dumps) = dump_past(&d, storm_records);
     let (rss_after, hwm_after) = rss(pid);
     let peak_growth = hwm_after.saturating_sub(rss_before_dumps);
     let (_, last_capture_ns) = *dumps.last().unwrap();
@@ -178,5 +189,41 @@ fn fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast() {
     );
     let t = tracking(&d);
     assert_eq!(t["maps_dropped"], 0, "{t}");
+    drop(storm);
+}
+
+#[test]
+fn idle_children_sharing_many_maps_do_not_amplify_the_snapshot() {
+    if !require_root("idle_children_sharing_many_maps_do_not_amplify_the_snapshot") {
+        return;
+    }
+    const CHILDREN: usize = 500;
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let before = tracking(&d)["log_records"].as_u64().unwrap();
+    let storm = Storm::run(MAPS, CHILDREN, true);
+    let storm_records = tracking(&d)["log_records"].as_u64().unwrap() - before;
+    assert!(
+        storm_records >= (MAPS + CHILDREN) as u64 * 9 / 10,
+        "the log took only {storm_records} records during the storm"
+    );
+    let (v, dumps) = dump_past(&d, storm_records);
+    let bytes = v["bytes"].as_u64().unwrap();
+    eprintln!(
+        "snapshot of {} MiB with {CHILDREN} idle children of {MAPS} maps each; dumps: {dumps:?}",
+        bytes / MIB
+    );
+    // An MMAP2 per map per child would be 500 x 2000 records of ~100 bytes
+    // (about 100 MiB); only processes with samples get their maps.
+    assert!(
+        bytes < 32 * MIB,
+        "the snapshot is {} MiB: maps of idle processes were synthesized",
+        bytes / MIB
+    );
+    let t = tracking(&d);
+    assert!(
+        t["processes"].as_u64().unwrap() >= CHILDREN as u64,
+        "the children are in the table: {t}"
+    );
     drop(storm);
 }

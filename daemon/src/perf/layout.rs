@@ -65,6 +65,23 @@ impl SampleLayout {
         (time, cpu)
     }
 
+    /// The pid of a SAMPLE record (the TID field's first half), `None` for
+    /// other records or layouts without TID.
+    pub fn sample_pid(&self, record: &[u8]) -> Option<u32> {
+        let header = RecordHeader::parse(record)?;
+        if header.type_ != record_type::SAMPLE || !self.has(sample::TID) {
+            return None;
+        }
+        let mut off = HEADER_SIZE;
+        for bit in [sample::IDENTIFIER, sample::IP] {
+            if self.has(bit) {
+                off += 8;
+            }
+        }
+        let size = usize::from(header.size).min(record.len());
+        (off + 4 <= size).then(|| get_u32(record, off))
+    }
+
     /// `(time, cpu)` of a whole record, `None` where the record lacks them
     /// or is too short to hold them.
     pub fn time_and_cpu(&self, record: &[u8]) -> (Option<u64>, Option<u32>) {
@@ -116,6 +133,11 @@ impl RecordLayouts {
         self.by_id.get(&Self::identifier(record)?).copied()
     }
 
+    /// The pid of a SAMPLE `record`, looked up by its identifier.
+    pub fn sample_pid(&self, record: &[u8]) -> Option<u32> {
+        self.layout(record)?.sample_pid(record)
+    }
+
     /// `(time, cpu)` of `record`, looked up by its identifier.
     pub fn time_and_cpu(&self, record: &[u8]) -> (Option<u64>, Option<u32>) {
         self.layout(record)
@@ -161,6 +183,12 @@ mod tests {
         // Unknown id: nothing.
         let other = record(record_type::SAMPLE, &[9, 0, 1, 2]);
         assert_eq!(layouts.time_and_cpu(&other), (None, None));
+        // pid: the first half of TID, wherever IP puts it.
+        assert_eq!(layouts.sample_pid(&tp), Some(2));
+        assert_eq!(layouts.sample_pid(&clk), Some(5));
+        assert_eq!(layouts.sample_pid(&other), None);
+        let lost = record(record_type::LOST, &[7, 12, 0, 4321, 1, 7]);
+        assert_eq!(layouts.sample_pid(&lost), None);
     }
 
     #[test]

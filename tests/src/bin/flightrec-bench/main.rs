@@ -7,6 +7,7 @@
 //! tests do (`tests/prepare-host`).
 
 mod analysis;
+mod memory;
 mod procfs;
 mod recorder;
 mod stats;
@@ -36,11 +37,11 @@ struct Args {
     /// Shorter workloads and fewer sizes: a smoke run, not figures to quote.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run (overhead, snapshot, compression, scaling).
+    /// Scenarios to run (overhead, snapshot, compression, scaling, memory).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "overhead,snapshot,compression,scaling"
+        default_value = "overhead,snapshot,compression,scaling,memory"
     )]
     only: Vec<String>,
     /// Also write the results as Markdown to this file.
@@ -97,6 +98,10 @@ fn main() -> Result<()> {
     }
     if wants("scaling") {
         sections.push(scaling(&args)?);
+    }
+    if wants("memory") {
+        sections.push(memory::memory(&args)?);
+        sections.push(memory::dump_vs_log_fill(&args)?);
     }
     let report = render(&args, &sections);
     println!("{report}");

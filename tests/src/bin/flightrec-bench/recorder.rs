@@ -270,6 +270,23 @@ impl Recorder {
         })
     }
 
+    /// `snapctl --json status` (flightrec only).
+    pub fn status(&self) -> Result<serde_json::Value> {
+        let out = Command::new(&self.snapctl)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["--json", "status"])
+            .output()
+            .context("running snapctl status")?;
+        if !out.status.success() {
+            bail!(
+                "snapctl status failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
     /// `snapctl compress ID --level N`; returns the wall time of the call.
     pub fn compress(&self, snapshot: &Path, level: i32) -> Result<Duration> {
         let id = snapshot
