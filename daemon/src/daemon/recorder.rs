@@ -13,9 +13,9 @@ use crate::perf::event::{EventKind, EventSpec, ResolvedEvent};
 use crate::snapshot::HostInfo;
 use crate::snapshot::capture::{Recorder, RecorderConfig};
 use crate::snapshot::output::{self, SnapshotError};
-use crate::tracking::process_table::TrackingLimits;
 use crate::snapshot::perfdata::WriteOptions;
 use crate::snapshot::reader::ReadError;
+use crate::tracking::process_table::TrackingLimits;
 
 /// The `[[event]]` tables as the capture side takes them.
 pub fn event_specs(config: &Config) -> Vec<EventSpec> {

@@ -370,7 +370,7 @@ mod checkpoint_tests {
             0 => build::fork(pid, other, pid, other, time),
             // A thread of `other`.
             1 => build::fork(other, other, pid + 100, other, time),
-            2 => build::comm(pid, pid, &format!("c{b}"), b % 2 == 0, time),
+            2 => build::comm(pid, pid, &format!("c{b}"), b.is_multiple_of(2), time),
             3 | 4 => build::mmap2(
                 pid,
                 pid,

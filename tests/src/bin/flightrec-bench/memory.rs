@@ -61,14 +61,11 @@ struct Storm(Child);
 
 impl Storm {
     fn run() -> Result<Self> {
-        let mut child = python(
-            STORM,
-            &[STORM_MAPS.to_string(), STORM_FORKS.to_string()],
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the fork storm (python3 as nobody)")?;
+        let mut child = python(STORM, &[STORM_MAPS.to_string(), STORM_FORKS.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the fork storm (python3 as nobody)")?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().context("storm stdout")?).read_line(&mut line)?;
         if line.trim() != "ready" {
