@@ -97,7 +97,7 @@ impl Drop for Storm {
     }
 }
 
-/// Dumps until the window starts after the storm (fewer than a third of
+/// Dumps until the window starts after the storm (fewer than half of
 /// its `storm_records` in the window): that dump rebuilds the state the
 /// storm left. Returns the last reply and (tracking records, capture ns)
 /// of every dump.
@@ -109,7 +109,7 @@ fn dump_past(d: &Daemon, storm_records: u64) -> (Value, Vec<(u64, u64)>) {
         let tracking_records = v["tracking_records"].as_u64().unwrap();
         let capture_ns = v["timings"]["capture_ns"].as_u64().unwrap();
         dumps.push((tracking_records, capture_ns));
-        if tracking_records < storm_records / 3 {
+        if tracking_records < storm_records / 2 {
             return (v, dumps);
         }
         assert!(
