@@ -882,12 +882,7 @@ max_age = "1h"
 
     #[test]
     fn unusable_paths_are_located() {
-        rejected_at(
-            "[daemon]\nsocket = \"\"\n",
-            2,
-            10,
-            "daemon.socket is empty",
-        );
+        rejected_at("[daemon]\nsocket = \"\"\n", 2, 10, "daemon.socket is empty");
         rejected_at(
             "[daemon]\nlog_level = \"info\"\n output_dir = \"/var/a\\u0000b\"\n",
             3,
@@ -908,7 +903,10 @@ max_age = "1h"
     fn no_socket_group_is_written_as_an_empty_name() {
         let cfg = parse("[daemon]\nsocket_group = \"\"\n").unwrap();
         assert_eq!(
-            cfg.daemon.socket_group.as_ref().map(|g| g.get_ref().as_str()),
+            cfg.daemon
+                .socket_group
+                .as_ref()
+                .map(|g| g.get_ref().as_str()),
             Some("")
         );
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
@@ -941,7 +939,10 @@ max_age = "1h"
     fn quoted_cuts_at_a_character_boundary() {
         assert_eq!(quoted("abc"), "\"abc\"");
         let cut = quoted(&"é".repeat(100));
-        assert_eq!(cut, format!("{:?}... (200 bytes)", "é".repeat(MAX_ECHO_CHARS)));
+        assert_eq!(
+            cut,
+            format!("{:?}... (200 bytes)", "é".repeat(MAX_ECHO_CHARS))
+        );
     }
 
     #[test]

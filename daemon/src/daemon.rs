@@ -787,7 +787,11 @@ mod tests {
 
     #[test]
     fn an_empty_socket_group_means_none_and_a_missing_default_prints_as_empty() {
-        assert!(resolve_group(&loaded("[daemon]\nsocket_group = \"\"\n")).unwrap().is_none());
+        assert!(
+            resolve_group(&loaded("[daemon]\nsocket_group = \"\"\n"))
+                .unwrap()
+                .is_none()
+        );
         let mut defaults = LoadedConfig::defaults();
         defaults.config.daemon.socket_group = Some(flightrec_config::Spanned::new(
             0..0,
@@ -811,7 +815,10 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         assert_eq!(
             check_creatable(&file, true).unwrap_err(),
-            format!("{:?} exists and is not a directory", file.display().to_string())
+            format!(
+                "{:?} exists and is not a directory",
+                file.display().to_string()
+            )
         );
         let under = file.join("a/b");
         assert_eq!(

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    Current, State, check_paths, host_name, log_removed_temps, resolve_group, retention_of, start_engine,
-    timing_of,
+    Current, State, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
+    start_engine, timing_of,
 };
 use crate::api;
 use crate::store::Store;

@@ -19,11 +19,11 @@
 pub mod name;
 pub mod retention;
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::collections::HashSet;
 use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -344,7 +344,8 @@ impl Store {
         id: &str,
         rewrite: impl FnOnce(&SnapshotInfo) -> Result<(), E>,
     ) -> Result<(SnapshotInfo, SnapshotInfo), RewriteError<E>> {
-        let n = SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })?;
+        let n =
+            SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })?;
         let _lock = self.lock_snapshot(&n.id());
         let before = self.info_of(&n)?;
         rewrite(&before).map_err(RewriteError::Rewrite)?;
