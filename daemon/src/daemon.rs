@@ -129,6 +129,7 @@ pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, Con
 pub fn check_config(loaded: &LoadedConfig) -> Result<Config, ConfigError> {
     let group = resolve_group(loaded)?;
     check_paths(loaded)?;
+    check_tracking_log(loaded)?;
     recorder::check_events(&loaded.config).map_err(|e| engine_error_in_config(loaded, e))?;
     Ok(effective_config(&loaded.config, group.as_ref()))
 }
@@ -241,7 +242,25 @@ fn engine_error_in_config(loaded: &LoadedConfig, e: EngineError) -> ConfigError 
     loaded.error_at(span.unwrap_or(0..0), message)
 }
 
+/// Whether the system grants the memory `buffers.tracking_log` asks for
+/// (the recorder allocates it whole), so a log too large for this machine
+/// is a config error pointing at the key rather than a failed start.
+pub fn check_tracking_log(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let log = &loaded.config.buffers.tracking_log;
+    let bytes = usize::try_from(log.get_ref().bytes()).unwrap_or(usize::MAX);
+    Vec::<u8>::new().try_reserve_exact(bytes).map_err(|e| {
+        loaded.error_at(
+            log.span(),
+            format!(
+                "buffers.tracking_log = {}: this machine does not grant that much memory ({e})",
+                log.get_ref()
+            ),
+        )
+    })
+}
+
 fn start_engine(loaded: &LoadedConfig) -> Result<Arc<dyn Engine>, DaemonError> {
+    check_tracking_log(loaded)?;
     match recorder::start(&loaded.config) {
         Ok(e) => Ok(Arc::from(e)),
         Err(e @ EngineError::Start { event: Some(_), .. }) => {

@@ -535,3 +535,32 @@ fn sigint_to_quickstart_stops_the_daemon() {
     }
     quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGINT);
 }
+
+#[test]
+fn a_tracking_log_the_machine_cannot_grant_is_a_located_config_error() {
+    if !require_root("a_tracking_log_the_machine_cannot_grant") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flightrec.toml");
+    let text =
+        test_config(dir.path(), "").replace("tracking_log = \"4MiB\"", "tracking_log = \"4GiB\"");
+    std::fs::write(&config, text).unwrap();
+    for flag in ["--check-config", "--config"] {
+        // 3 GiB of address space: within the config's limit, not the process's.
+        let out = Command::new("prlimit")
+            .arg(format!("--as={}", 3u64 << 30))
+            .arg(bin_path("flightrecd"))
+            .arg(flag)
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", stderr(&out));
+        let expected = format!(
+            "{}:10:16: buffers.tracking_log = 4GiB: this machine does not grant that much memory",
+            config.display()
+        );
+        assert!(stderr(&out).contains(&expected), "{flag}: {}", stderr(&out));
+    }
+    assert!(!dir.path().join("run").exists());
+}
