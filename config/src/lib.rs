@@ -25,6 +25,41 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/flightrec/flightrec.toml";
 pub const DEFAULT_SOCKET: &str = "/run/flightrec/flightrecd.sock";
 /// The group given access to the socket by default.
 pub const DEFAULT_SOCKET_GROUP: &str = "flightrec";
+/// Largest ring the kernel side maps per CPU (`buffers.per_cpu`, `buffers.tracking`).
+pub const MAX_RING_BYTES: u64 = 2 << 30;
+/// Largest tracking log (`buffers.tracking_log`): it is allocated at start
+/// and on every reload that changes it.
+pub const MAX_TRACKING_LOG_BYTES: u64 = 4 << 30;
+/// Longest path accepted for the socket and the output directory (PATH_MAX
+/// with its NUL).
+pub const MAX_PATH_BYTES: usize = 4095;
+/// Longest event name (a tracepoint's directory names are file names).
+pub const MAX_EVENT_NAME_BYTES: usize = 255;
+/// Longest tracepoint filter: the kernel copies at most a page of it.
+pub const MAX_FILTER_BYTES: usize = 4095;
+/// Characters of user text (a config value, a label, an id) an error or a
+/// log line echoes; the rest is cut.
+pub const MAX_ECHO_CHARS: usize = 80;
+/// Characters of a whole error message about a config.
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// `text` quoted as `{:?}` shows it, cut to [`MAX_ECHO_CHARS`] characters
+/// (then followed by its full length), so a huge value never becomes a
+/// huge log line or gRPC status.
+pub fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_ECHO_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
+    }
+}
+
+/// `message` cut to `max` characters, marked when cut.
+pub fn truncated(message: &str, max: usize) -> String {
+    match message.char_indices().nth(max) {
+        None => message.to_string(),
+        Some((cut, _)) => format!("{}... ({} bytes in all)", &message[..cut], message.len()),
+    }
+}
 
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +100,9 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     pub socket: PathBuf,
-    /// Group owning the socket (mode 0660). The default group may be absent
-    /// (the socket then stays root's); a group written in the file must exist.
+    /// Group owning the socket (mode 0660) and the snapshots. The default
+    /// group may be absent (the socket then stays root's); a group written
+    /// in the file must exist; `""` means no group.
     pub socket_group: Option<Spanned<String>>,
     pub output_dir: PathBuf,
     pub log_level: Spanned<String>,
@@ -312,21 +348,23 @@ impl Config {
             return Err((
                 level.span(),
                 format!(
-                    "daemon.log_level {:?} is not one of {}",
-                    level.get_ref(),
+                    "daemon.log_level {} is not one of {}",
+                    quoted(level.get_ref()),
                     LOG_LEVELS.join(", ")
                 ),
             ));
         }
         if let Some(group) = &self.daemon.socket_group
+            && !group.get_ref().is_empty()
             && !valid_group_name(group.get_ref())
         {
             return Err((
                 group.span(),
                 format!(
-                    "daemon.socket_group {:?} is not a valid group name \
-                     (letters, digits, '_', '-', '.', not starting with '-')",
-                    group.get_ref()
+                    "daemon.socket_group {} is not a valid group name \
+                     (letters, digits, '_', '-', '.', not starting with '-'; \
+                     \"\" for no group)",
+                    quoted(group.get_ref())
                 ),
             ));
         }
@@ -335,6 +373,16 @@ impl Config {
             ("buffers.tracking", &self.buffers.tracking),
         ] {
             let n = ring.get_ref().bytes();
+            if n > MAX_RING_BYTES {
+                return Err((
+                    ring.span(),
+                    format!(
+                        "{key} = {} is above the {} per-ring limit",
+                        ring.get_ref(),
+                        ByteSize(MAX_RING_BYTES)
+                    ),
+                ));
+            }
             if n < 4096 || !n.is_power_of_two() {
                 return Err((
                     ring.span(),
@@ -347,12 +395,14 @@ impl Config {
             }
         }
         let log = &self.buffers.tracking_log;
-        if log.get_ref().bytes() < 64 * 1024 {
+        if !(64 * 1024..=MAX_TRACKING_LOG_BYTES).contains(&log.get_ref().bytes()) {
             return Err((
                 log.span(),
                 format!(
-                    "buffers.tracking_log = {} must be at least 64KiB",
-                    log.get_ref()
+                    "buffers.tracking_log = {} is out of range: 64KiB to {} \
+                     (the daemon allocates it in memory)",
+                    log.get_ref(),
+                    ByteSize(MAX_TRACKING_LOG_BYTES)
                 ),
             ));
         }
@@ -365,6 +415,19 @@ impl Config {
             let name = &ev_ref.name;
             if let Err(why) = check_event_name(name.get_ref()) {
                 return Err((name.span(), why));
+            }
+            if let Some(filter) = &ev_ref.filter
+                && filter.len() > MAX_FILTER_BYTES
+            {
+                return Err((
+                    ev.span(),
+                    format!(
+                        "event {:?}: the filter is {} bytes long, at most {MAX_FILTER_BYTES} \
+                         are allowed",
+                        name.get_ref(),
+                        filter.len()
+                    ),
+                ));
             }
             match (&ev_ref.frequency, &ev_ref.period) {
                 (Some(_), Some(p)) => {
@@ -433,12 +496,18 @@ pub fn check_event_name(name: &str) -> Result<(), String> {
         Some((sys, ev)) => word(sys) && word(ev),
         None => word(name),
     };
-    if ok {
+    if name.len() > MAX_EVENT_NAME_BYTES {
+        Err(format!(
+            "event name {} is too long: at most {MAX_EVENT_NAME_BYTES} bytes",
+            quoted(name)
+        ))
+    } else if ok {
         Ok(())
     } else {
         Err(format!(
-            "event name {name:?} is not valid: expected `system:tracepoint` \
-             (e.g. sched:sched_switch) or an event such as cpu-clock"
+            "event name {} is not valid: expected `system:tracepoint` \
+             (e.g. sched:sched_switch) or an event such as cpu-clock",
+            quoted(name)
         ))
     }
 }
@@ -476,7 +545,7 @@ impl LoadedConfig {
             Some(span) => error_at(path, text, span, e.message().trim().to_string()),
             None => ConfigError::Unlocated {
                 path: path.to_path_buf(),
-                message: e.message().trim().to_string(),
+                message: truncated(e.message().trim(), MAX_MESSAGE_CHARS),
             },
         })?;
         let loaded = Self {
@@ -488,7 +557,42 @@ impl LoadedConfig {
             .config
             .validate()
             .map_err(|(span, msg)| loaded.error_at(span, msg))?;
+        let daemon = &loaded.config.daemon;
+        for (key, value) in [
+            ("socket", &daemon.socket),
+            ("output_dir", &daemon.output_dir),
+        ] {
+            if let Err(why) = check_path(value) {
+                return Err(loaded.error_at(
+                    loaded.key_span("daemon", key),
+                    format!("daemon.{key} {why}"),
+                ));
+            }
+        }
         Ok(loaded)
+    }
+
+    /// The span of the value of `key` in `[section]` of the file; empty
+    /// (no position) when the file does not set it. For values kept as
+    /// plain types (paths) rather than [`Spanned`].
+    pub fn key_span(&self, section: &str, key: &str) -> Range<usize> {
+        use toml::de::{DeTable, DeValue};
+        let Ok(doc) = DeTable::parse(&self.source) else {
+            return 0..0;
+        };
+        fn find<'a, 'i>(
+            table: &'a DeTable<'i>,
+            name: &str,
+        ) -> Option<&'a toml::Spanned<DeValue<'i>>> {
+            table
+                .iter()
+                .find(|(k, _)| k.get_ref() == name)
+                .map(|(_, v)| v)
+        }
+        match find(doc.get_ref(), section).map(|v| v.get_ref()) {
+            Some(DeValue::Table(t)) => find(t, key).map_or(0..0, |v| v.span()),
+            _ => 0..0,
+        }
     }
 
     /// Reads and parses the file at `path`.
@@ -510,7 +614,7 @@ impl LoadedConfig {
         if span.is_empty() && span.start == 0 {
             return ConfigError::Unlocated {
                 path,
-                message: message.into(),
+                message: truncated(&message.into(), MAX_MESSAGE_CHARS),
             };
         }
         error_at(&path, &self.source, span, message.into())
@@ -523,7 +627,29 @@ fn error_at(path: &Path, text: &str, span: Range<usize>, message: String) -> Con
         path: path.to_path_buf(),
         line,
         column,
-        message,
+        message: truncated(&message, MAX_MESSAGE_CHARS),
+    }
+}
+
+/// A path the daemon can hand to the kernel: not empty, no NUL byte, not
+/// longer than PATH_MAX. Returns the rest of a sentence naming the key.
+fn check_path(path: &Path) -> Result<(), String> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.is_empty() {
+        Err("is empty: give a path".into())
+    } else if bytes.contains(&0) {
+        Err(format!(
+            "{} contains a NUL byte, which no path can hold",
+            quoted(&path.to_string_lossy())
+        ))
+    } else if bytes.len() > MAX_PATH_BYTES {
+        Err(format!(
+            "{} is {} bytes long, at most {MAX_PATH_BYTES} are allowed",
+            quoted(&path.to_string_lossy()),
+            bytes.len()
+        ))
+    } else {
+        Ok(())
     }
 }
 
@@ -835,6 +961,100 @@ max_age = "1h"
             let size = ByteSize(n << (10 * unit));
             proptest::prop_assert_eq!(ByteSize::parse(&size.to_string()), Ok(size));
         }
+    }
+
+    #[test]
+    fn rings_above_the_kernel_limit_are_located() {
+        rejected_at(
+            "[buffers]\nper_cpu = \"4GiB\"\n",
+            2,
+            11,
+            "buffers.per_cpu = 4GiB is above the 2GiB per-ring limit",
+        );
+        rejected_at(
+            "[buffers]\n\ntracking = \"4GiB\"\n",
+            3,
+            12,
+            "above the 2GiB per-ring limit",
+        );
+        assert!(parse("[buffers]\nper_cpu = \"2GiB\"\n").is_ok());
+    }
+
+    #[test]
+    fn a_tracking_log_too_large_to_allocate_is_located() {
+        rejected_at(
+            "[buffers]\ntracking_log = \"1TiB\"\n",
+            2,
+            16,
+            "buffers.tracking_log = 1TiB is out of range: 64KiB to 4GiB",
+        );
+        rejected_at("[buffers]\ntracking_log = \"4K\"\n", 2, 16, "64KiB to 4GiB");
+        assert!(parse("[buffers]\ntracking_log = \"4GiB\"\n").is_ok());
+    }
+
+    #[test]
+    fn unusable_paths_are_located() {
+        rejected_at("[daemon]\nsocket = \"\"\n", 2, 10, "daemon.socket is empty");
+        rejected_at(
+            "[daemon]\nlog_level = \"info\"\n output_dir = \"/var/a\\u0000b\"\n",
+            3,
+            15,
+            "daemon.output_dir \"/var/a\\0b\" contains a NUL byte",
+        );
+        rejected_at(
+            "[daemon]\nsocket = \"/tmp/x\\u0000\"\n",
+            2,
+            10,
+            "contains a NUL byte",
+        );
+        let long = format!("[daemon]\noutput_dir = \"/{}\"\n", "d".repeat(5000));
+        rejected_at(&long, 2, 14, "5001 bytes long, at most 4095");
+    }
+
+    #[test]
+    fn no_socket_group_is_written_as_an_empty_name() {
+        let cfg = parse("[daemon]\nsocket_group = \"\"\n").unwrap();
+        assert_eq!(
+            cfg.daemon
+                .socket_group
+                .as_ref()
+                .map(|g| g.get_ref().as_str()),
+            Some("")
+        );
+        assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
+    }
+
+    #[test]
+    fn huge_values_are_cut_in_errors() {
+        let huge = "x".repeat(10 << 20);
+        for text in [
+            format!("[daemon]\nlog_level = \"{huge}\"\n"),
+            format!("[daemon]\nsocket_group = \"{huge}\"\n"),
+            format!("[buffers]\nper_cpu = \"{huge}\"\n"),
+            format!("[retention]\nmax_age = \"{huge}\"\n"),
+            format!("[[event]]\nname = \"{huge}\"\n"),
+            format!("[daemon]\n{huge} = 1\n"),
+            format!("[daemon]\nsocket = \"/{huge}\"\n"),
+        ] {
+            let msg = parse(&text).expect_err("rejected").to_string();
+            assert!(msg.len() < 1200, "{} bytes: {}", msg.len(), &msg[..200]);
+            assert!(msg.starts_with("/etc/test.toml:2:"), "{msg}");
+        }
+        let msg = parse(&format!("[daemon]\nlog_level = \"{huge}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("... (10485760 bytes)"), "{msg}");
+        assert!(msg.contains("is not one of error, warn"), "{msg}");
+    }
+
+    #[test]
+    fn quoted_cuts_at_a_character_boundary() {
+        assert_eq!(quoted("abc"), "\"abc\"");
+        let cut = quoted(&"é".repeat(100));
+        assert_eq!(
+            cut,
+            format!("{:?}... (200 bytes)", "é".repeat(MAX_ECHO_CHARS))
+        );
     }
 
     #[test]

@@ -38,8 +38,9 @@ impl ByteSize {
         let (digits, unit) = t.split_at(split);
         let bad = || {
             format!(
-                "invalid size {text:?}: expected a whole number with an optional unit \
-                 (B, K/KiB, M/MiB, G/GiB, T/TiB), e.g. \"4MiB\""
+                "invalid size {}: expected a whole number with an optional unit \
+                 (B, K/KiB, M/MiB, G/GiB, T/TiB), e.g. \"4MiB\"",
+                crate::quoted(text)
             )
         };
         if digits.is_empty() {
@@ -54,15 +55,16 @@ impl ByteSize {
             "T" | "TiB" => TIB,
             "KB" | "MB" | "GB" | "kB" => {
                 return Err(format!(
-                    "invalid size {text:?}: decimal units are ambiguous here; \
-                     write KiB, MiB or GiB (1024-based)"
+                    "invalid size {}: decimal units are ambiguous here; \
+                     write KiB, MiB or GiB (1024-based)",
+                    crate::quoted(text)
                 ));
             }
             _ => return Err(bad()),
         };
         n.checked_mul(mult)
             .map(ByteSize)
-            .ok_or_else(|| format!("invalid size {text:?}: too large"))
+            .ok_or_else(|| format!("invalid size {}: too large", crate::quoted(text)))
     }
 }
 
@@ -124,7 +126,10 @@ impl HumanDuration {
         humantime::parse_duration(text.trim())
             .map(HumanDuration)
             .map_err(|e| {
-                format!("invalid duration {text:?}: {e} (examples: \"500ms\", \"1s\", \"7d\")")
+                format!(
+                    "invalid duration {}: {e} (examples: \"500ms\", \"1s\", \"7d\")",
+                    crate::quoted(text)
+                )
             })
     }
 }

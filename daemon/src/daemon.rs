@@ -53,10 +53,16 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
-    /// 2 for a config problem (as `--check-config`), 1 otherwise.
+    /// 2 for a config problem (as `--check-config`; the unit's
+    /// RestartPreventExitStatus=2 relies on it), 1 otherwise. A directory
+    /// the config names that cannot be created is a config problem.
     pub fn exit_code(&self) -> i32 {
         match self {
-            DaemonError::Config(_) => 2,
+            DaemonError::Config(_)
+            | DaemonError::Store(StoreError::CreateDir { .. })
+            | DaemonError::Socket(
+                api::SocketError::NotASocket { .. } | api::SocketError::CreateDir { .. },
+            ) => 2,
             _ => 1,
         }
     }
@@ -90,6 +96,9 @@ pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, Con
         return Ok(None);
     };
     let name = group.get_ref();
+    if name.is_empty() {
+        return Ok(None);
+    }
     match Group::from_name(name) {
         Ok(Some(g)) => Ok(Some((name.clone(), g.gid))),
         Ok(None) if group.span().is_empty() => {
@@ -114,11 +123,105 @@ pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, Con
     }
 }
 
-/// Everything `--check-config` verifies: syntax, values, the group, and the
-/// events against the running kernel.
-pub fn check_config(loaded: &LoadedConfig) -> Result<(), ConfigError> {
-    resolve_group(loaded)?;
-    recorder::check_events(&loaded.config).map_err(|e| engine_error_in_config(loaded, e))
+/// Everything `--check-config` verifies: syntax, values, the group, the
+/// paths, and the events (filters included) against the running kernel.
+/// Returns the effective config, which reads back as the same daemon.
+pub fn check_config(loaded: &LoadedConfig) -> Result<Config, ConfigError> {
+    let group = resolve_group(loaded)?;
+    check_paths(loaded)?;
+    check_tracking_log(loaded)?;
+    recorder::check_events(&loaded.config).map_err(|e| engine_error_in_config(loaded, e))?;
+    Ok(effective_config(&loaded.config, group.as_ref()))
+}
+
+/// `config` with the socket group as resolved: a default group that does
+/// not exist is written `""` (no group), so the printed config, fed back,
+/// starts the same daemon instead of asking for a group that is absent.
+pub fn effective_config(config: &Config, group: Option<&(String, Gid)>) -> Config {
+    let mut effective = config.clone();
+    effective.daemon.socket_group = Some(flightrec_config::Spanned::new(
+        0..0,
+        group.map(|g| g.0.clone()).unwrap_or_default(),
+    ));
+    effective
+}
+
+/// What a path the daemon must create can be refused for: the nearest
+/// existing ancestor of `path` (itself included) must be a directory
+/// (`want_dir`: `path` itself, when it exists, too) that root may write to.
+fn check_creatable(path: &Path, want_dir: bool) -> Result<(), String> {
+    let shown = |p: &Path| flightrec_config::quoted(&p.to_string_lossy());
+    let mut probe = path;
+    loop {
+        match std::fs::metadata(probe) {
+            Ok(md) if probe == path => {
+                return if want_dir && !md.is_dir() {
+                    Err(format!("{} exists and is not a directory", shown(path)))
+                } else {
+                    Ok(())
+                };
+            }
+            Ok(md) if !md.is_dir() => {
+                return Err(format!(
+                    "{} cannot be created: {} is not a directory",
+                    shown(path),
+                    shown(probe)
+                ));
+            }
+            Ok(_) => {
+                return nix::unistd::access(probe, nix::unistd::AccessFlags::W_OK).map_err(|e| {
+                    format!(
+                        "{} cannot be created in {}: {}",
+                        shown(path),
+                        shown(probe),
+                        e.desc()
+                    )
+                });
+            }
+            // Missing, or under a file: the ancestor found next says which.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) => {}
+            Err(e) => return Err(format!("{} cannot be checked: {e}", shown(probe))),
+        }
+        match probe.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => probe = parent,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The output directory and the socket's directory exist as directories
+/// or can be created; the socket path is free or a socket.
+pub fn check_paths(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let daemon = &loaded.config.daemon;
+    let at = |key: &str, why: String| {
+        loaded.error_at(
+            loaded.key_span("daemon", key),
+            format!("daemon.{key}: {why}"),
+        )
+    };
+    check_creatable(&daemon.output_dir, true).map_err(|why| at("output_dir", why))?;
+    if let Some(dir) = daemon.socket.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        check_creatable(dir, true).map_err(|why| at("socket", why))?;
+    }
+    if let Ok(md) = std::fs::symlink_metadata(&daemon.socket) {
+        use std::os::unix::fs::FileTypeExt;
+        if !md.file_type().is_socket() {
+            return Err(at(
+                "socket",
+                format!(
+                    "{} exists and is not a socket",
+                    flightrec_config::quoted(&daemon.socket.to_string_lossy())
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An engine start error that names an event becomes a config error
@@ -139,7 +242,25 @@ fn engine_error_in_config(loaded: &LoadedConfig, e: EngineError) -> ConfigError 
     loaded.error_at(span.unwrap_or(0..0), message)
 }
 
+/// Whether the system grants the memory `buffers.tracking_log` asks for
+/// (the recorder allocates it whole), so a log too large for this machine
+/// is a config error pointing at the key rather than a failed start.
+pub fn check_tracking_log(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let log = &loaded.config.buffers.tracking_log;
+    let bytes = usize::try_from(log.get_ref().bytes()).unwrap_or(usize::MAX);
+    Vec::<u8>::new().try_reserve_exact(bytes).map_err(|e| {
+        loaded.error_at(
+            log.span(),
+            format!(
+                "buffers.tracking_log = {}: this machine does not grant that much memory ({e})",
+                log.get_ref()
+            ),
+        )
+    })
+}
+
 fn start_engine(loaded: &LoadedConfig) -> Result<Arc<dyn Engine>, DaemonError> {
+    check_tracking_log(loaded)?;
     match recorder::start(&loaded.config) {
         Ok(e) => Ok(Arc::from(e)),
         Err(e @ EngineError::Start { event: Some(_), .. }) => {
@@ -435,9 +556,11 @@ async fn serve(
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
 ) -> Result<(), DaemonError> {
     let group = resolve_group(&loaded)?;
+    check_paths(&loaded)?;
     let cfg = &loaded.config;
     let (store, removed) = Store::open(&cfg.daemon.output_dir, &host_name())?;
     log_removed_temps(&removed);
+    store.set_group(group.as_ref().map(|g| g.1))?;
     let socket_path = cfg.daemon.socket.clone();
     // Refuse early if another daemon owns the socket, before opening rings.
     api::check_socket_free(&socket_path).await?;
@@ -679,6 +802,54 @@ mod tests {
         let root = loaded("[daemon]\nsocket_group = \"root\"\n");
         assert_eq!(resolve_group(&root).unwrap().map(|g| g.1.as_raw()), Some(0));
         assert!(resolve_group(&loaded("[daemon]\n")).is_ok());
+    }
+
+    #[test]
+    fn an_empty_socket_group_means_none_and_a_missing_default_prints_as_empty() {
+        assert!(
+            resolve_group(&loaded("[daemon]\nsocket_group = \"\"\n"))
+                .unwrap()
+                .is_none()
+        );
+        let mut defaults = LoadedConfig::defaults();
+        defaults.config.daemon.socket_group = Some(flightrec_config::Spanned::new(
+            0..0,
+            "no-such-group-zz".to_string(),
+        ));
+        let group = resolve_group(&defaults).unwrap();
+        let printed = effective_config(&defaults.config, group.as_ref()).to_toml();
+        assert!(printed.contains("socket_group = \"\"\n"), "{printed}");
+        let back = loaded(&printed);
+        assert!(resolve_group(&back).unwrap().is_none());
+        let root = loaded("[daemon]\nsocket_group = \"root\"\n");
+        let group = resolve_group(&root).unwrap();
+        let printed = effective_config(&root.config, group.as_ref()).to_toml();
+        assert!(printed.contains("socket_group = \"root\"\n"), "{printed}");
+    }
+
+    #[test]
+    fn paths_under_a_file_cannot_be_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(
+            check_creatable(&file, true).unwrap_err(),
+            format!(
+                "{:?} exists and is not a directory",
+                file.display().to_string()
+            )
+        );
+        let under = file.join("a/b");
+        assert_eq!(
+            check_creatable(&under, true).unwrap_err(),
+            format!(
+                "{:?} cannot be created: {:?} is not a directory",
+                under.display().to_string(),
+                file.display().to_string()
+            )
+        );
+        assert!(check_creatable(&dir.path().join("new/dir"), true).is_ok());
+        assert!(check_creatable(dir.path(), true).is_ok());
     }
 
     #[test]

@@ -27,8 +27,9 @@ struct Args {
     #[arg(long, value_name = "FILE", conflicts_with = "check_config")]
     config: Option<PathBuf>,
 
-    /// Validate FILE (syntax, values, socket group, events), print the
-    /// effective config as TOML and exit: 0 if valid, 2 if not.
+    /// Validate FILE (syntax, values, socket group, paths, events and their
+    /// filters against the kernel), print the effective config as TOML and
+    /// exit: 0 if valid, 2 if not.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
 }
@@ -36,13 +37,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = args.check_config {
-        let checked = LoadedConfig::load(&path).and_then(|loaded| {
-            daemon::check_config(&loaded)?;
-            Ok(loaded)
-        });
+        let checked = LoadedConfig::load(&path).and_then(|loaded| daemon::check_config(&loaded));
         return match checked {
-            Ok(loaded) => {
-                print!("{}", loaded.config.to_toml());
+            Ok(effective) => {
+                print!("{}", effective.to_toml());
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status};
 
 use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
-use crate::store::{RetentionPolicy, StoreError, validate_label};
+use crate::store::{RetentionPolicy, RewriteError, StoreError, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
 
 /// Socket set-up failures, naming the socket.
@@ -368,29 +368,37 @@ impl FlightRecorder for Api {
         let priority = *cur.config.config.snapshot.realtime_priority.get_ref();
         let (before, after) = blocking(move || {
             let _realtime = crate::perf::sched::RealtimeDump::enter(priority);
-            let before = store.get(&id).map_err(store_status)?;
-            if before.compressed {
-                return Err(Status::failed_precondition(format!(
-                    "snapshot {id} is already compressed"
-                )));
-            }
-            recorder::compress(&before.path, level).map_err(|e| {
-                if matches!(
-                    e,
-                    EngineError::Compress {
-                        already_compressed: true,
-                        ..
-                    }
-                ) {
-                    Status::failed_precondition(format!("snapshot {id} is already compressed"))
-                } else if e.is_disk_full() {
-                    Status::resource_exhausted(format!("cannot compress {id}: {e}"))
-                } else {
-                    Status::internal(format!("cannot compress {id}: {e}"))
+            // Locked against retention removing it meanwhile.
+            let rewritten = store.rewrite(&id, |before| {
+                if before.compressed {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot {id} is already compressed"
+                    )));
                 }
-            })?;
-            let after = store.get(&id).map_err(store_status)?;
-            Ok((before, after))
+                recorder::compress(&before.path, level)
+                    .map(drop)
+                    .map_err(|e| {
+                        if matches!(
+                            e,
+                            EngineError::Compress {
+                                already_compressed: true,
+                                ..
+                            }
+                        ) {
+                            Status::failed_precondition(format!(
+                                "snapshot {id} is already compressed"
+                            ))
+                        } else if e.is_disk_full() {
+                            Status::resource_exhausted(format!("cannot compress {id}: {e}"))
+                        } else {
+                            Status::internal(format!("cannot compress {id}: {e}"))
+                        }
+                    })
+            });
+            rewritten.map_err(|e| match e {
+                RewriteError::Store(e) => store_status(e),
+                RewriteError::Rewrite(status) => status,
+            })
         })
         .await?;
         tracing::info!(id = %after.id, before = before.bytes, after = after.bytes, level, "snapshot compressed");

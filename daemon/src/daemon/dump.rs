@@ -52,6 +52,9 @@ impl State {
                 let written = cur
                     .engine
                     .dump(cur.store.dir(), &r.file_name(), compression);
+                if written.is_ok() {
+                    cur.store.adopt(&r);
+                }
                 match written {
                     Ok(output) => match cur.store.get(&r.id()) {
                         Ok(snapshot) => Ok((snapshot, output)),

@@ -10,6 +10,7 @@ use flightrec_config::Config;
 use super::engine::{CpuSummary, DumpOutput, Engine, EngineError, EngineStatus, EventInfo};
 use crate::abi::{attr_flag, sample};
 use crate::perf::event::{EventKind, EventSpec, ResolvedEvent};
+use crate::perf::sample_ring::check_filter;
 use crate::snapshot::HostInfo;
 use crate::snapshot::capture::{Recorder, RecorderConfig};
 use crate::snapshot::output::{self, SnapshotError};
@@ -66,9 +67,32 @@ fn resolve_all(config: &Config) -> Result<Vec<ResolvedEvent>, EngineError> {
         .collect()
 }
 
-/// Checks the configured events against the kernel without opening them.
+/// Has the kernel parse every tracepoint filter: an event with a filter is
+/// opened (disabled, no ring) on the first online CPU and closed again. A
+/// refusal names the index of its `[[event]]`.
+fn check_filters(resolved: &[ResolvedEvent]) -> Result<(), EngineError> {
+    if resolved.iter().all(|r| r.filter.is_none()) {
+        return Ok(());
+    }
+    let cpu = crate::perf::cpus::online_cpus()
+        .ok()
+        .and_then(|cpus| cpus.first().copied())
+        .unwrap_or(0);
+    for (i, r) in resolved.iter().enumerate() {
+        if r.filter.is_some() {
+            check_filter(r, cpu).map_err(|e| EngineError::Start {
+                message: e.to_string(),
+                event: Some(i),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the configured events against the kernel: names, rates, and
+/// filters (which the kernel parses when they are set on an open event).
 pub fn check_events(config: &Config) -> Result<(), EngineError> {
-    resolve_all(config).map(|_| ())
+    check_filters(&resolve_all(config)?)
 }
 
 fn event_info(r: &ResolvedEvent) -> EventInfo {
@@ -106,6 +130,7 @@ pub struct RecorderEngine {
 /// Opens the rings the config asks for.
 pub fn start(config: &Config) -> Result<Box<dyn Engine>, EngineError> {
     let resolved = resolve_all(config)?;
+    check_filters(&resolved)?;
     let recorder = Recorder::start(&recorder_config(config)).map_err(|e| EngineError::Start {
         message: e.to_string(),
         event: None,

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    Current, State, host_name, log_removed_temps, resolve_group, retention_of, start_engine,
-    timing_of,
+    Current, State, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
+    start_engine, timing_of,
 };
 use crate::api;
 use crate::store::Store;
@@ -30,6 +30,7 @@ impl State {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
         let group = resolve_group(&loaded).map_err(|e| e.to_string())?;
+        check_paths(&loaded).map_err(|e| e.to_string())?;
         let old = self.current();
         let (o, n) = (&old.config.config, &loaded.config);
         let mut changes = Vec::new();
@@ -65,6 +66,10 @@ impl State {
         } else {
             old.engine.clone()
         };
+        let gid = group.as_ref().map(|g| g.1);
+        if !Arc::ptr_eq(&store, &old.store) || gid != old.group.as_ref().map(|g| g.1) {
+            store.set_group(gid).map_err(|e| e.to_string())?;
+        }
         if o.daemon.log_level != n.daemon.log_level {
             (self.set_log_level)(n.daemon.log_level.get_ref());
             changes.push("log_level".into());

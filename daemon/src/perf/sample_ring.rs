@@ -45,6 +45,13 @@ fn open_event(event: &ResolvedEvent, cpu: u32) -> Result<OwnedFd, PerfError> {
     Ok(fd)
 }
 
+/// Opens `event` on `cpu` just long enough for the kernel to accept or
+/// refuse its filter (`--check-config`, and before the rings are opened so
+/// a refused filter is blamed on its `[[event]]`).
+pub fn check_filter(event: &ResolvedEvent, cpu: u32) -> Result<(), PerfError> {
+    open_event(event, cpu).map(drop)
+}
+
 impl SampleRing {
     /// Opens every event on `cpu`, disabled, sharing one ring of
     /// `data_pages` pages (a power of two).

@@ -32,6 +32,12 @@ const MIN_FRAME: usize = HEADER_SIZE + TRAILER_SIZE;
 pub enum SizeAtEndError {
     #[error("ring capacity {capacity} is not a multiple of 8 of at least {MIN_FRAME} bytes")]
     New { capacity: usize },
+    #[error("cannot allocate a ring of {capacity} bytes: {source}")]
+    Alloc {
+        capacity: usize,
+        #[source]
+        source: std::collections::TryReserveError,
+    },
     #[error(
         "record of {size} bytes (+{TRAILER_SIZE}-byte trailer) does not fit a {capacity}-byte ring"
     )]
@@ -65,6 +71,14 @@ impl SizeAtEndRing {
         if capacity < MIN_FRAME || !capacity.is_multiple_of(8) {
             return Err(SizeAtEndError::New { capacity });
         }
+        // An allocation the system refuses aborts the process in `vec!`;
+        // ask first, fallibly. The buffer itself then comes from `vec!`,
+        // whose zeroed allocation leaves the pages untouched (resident only
+        // once records reach them), where filling a reserved Vec would make
+        // the whole log resident at once.
+        Vec::<u8>::new()
+            .try_reserve_exact(capacity)
+            .map_err(|source| SizeAtEndError::Alloc { capacity, source })?;
         Ok(Self {
             buf: vec![0; capacity],
             end: 0,

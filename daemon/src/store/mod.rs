@@ -8,16 +8,26 @@
 //! start-up like the writer's temporary files. Whether a snapshot is
 //! compressed is read from its header (feature bit 27, COMPRESSED), so it
 //! stays true after `Compress`.
+//!
+//! With a socket group configured the directory, the snapshots and their
+//! sidecars belong to that group (modes 0750 and 0640), so a member who may
+//! ask for a dump may also read it. A directory removed while the daemon
+//! runs is created again by the next dump. Compressing a snapshot and
+//! removing it (retention) take the same per-snapshot lock, so a removal
+//! never races a compression that would bring the file back.
 
 pub mod name;
 pub mod retention;
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::unistd::Gid;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,13 +39,14 @@ pub use retention::RetentionPolicy;
 /// Why a store operation failed, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("invalid label {label:?}: {reason}")]
+    #[error("invalid label {}: {reason}", flightrec_config::quoted(label))]
     InvalidLabel { label: String, reason: String },
     #[error(
-        "invalid snapshot id {id:?}: expected a name like HOST-20261120T221133Z-000001[-LABEL] as `snapctl list` shows"
+        "invalid snapshot id {}: expected a name like HOST-20261120T221133Z-000001[-LABEL] as `snapctl list` shows",
+        flightrec_config::quoted(id)
     )]
     InvalidId { id: String },
-    #[error("no snapshot with id {id:?}")]
+    #[error("no snapshot with id {}", flightrec_config::quoted(id))]
     NotFound { id: String },
     #[error("cannot create the output directory {path}: {source}")]
     CreateDir {
@@ -88,6 +99,15 @@ impl StoreError {
     }
 }
 
+/// Why [`Store::rewrite`] failed: the store, or the rewrite itself.
+#[derive(Debug, thiserror::Error)]
+pub enum RewriteError<E> {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Rewrite(E),
+}
+
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotInfo {
@@ -134,10 +154,19 @@ pub struct Usage {
     pub disk_free_bytes: u64,
 }
 
-/// Temporary files (the writer's and the sidecars'), named by
-/// [`output::temp_file_name`]: leftovers of a crash when no dump runs.
+/// Temporary files: the writer's, named by [`output::temp_file_name`], and
+/// the sidecars' (`.<id>.meta.tmp-<pid>`): leftovers of a crash when no dump
+/// runs.
 pub fn is_temp_file_name(name: &str) -> bool {
-    output::is_temp_file_name(name)
+    output::is_temp_file_name(name) || is_meta_temp_file_name(name)
+}
+
+fn is_meta_temp_file_name(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|rest| rest.rsplit_once(".meta.tmp-"))
+        .is_some_and(|(id, pid)| {
+            !id.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+        })
 }
 
 fn meta_file_name(id: &str) -> String {
@@ -170,25 +199,50 @@ pub struct Store {
     dir: PathBuf,
     host: String,
     next_seq: Mutex<u64>,
+    /// The group the directory and its files are given (the socket's).
+    group: Mutex<Option<Gid>>,
+    /// Ids of snapshots being compressed or removed.
+    busy: Mutex<HashSet<String>>,
+    freed: Condvar,
+}
+
+/// Holds a snapshot's id in [`Store::busy`] until dropped.
+struct SnapshotLock<'a> {
+    store: &'a Store,
+    id: String,
+}
+
+impl Drop for SnapshotLock<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.store.busy.lock().unwrap_or_else(|p| p.into_inner());
+        busy.remove(&self.id);
+        self.store.freed.notify_all();
+    }
+}
+
+/// Gives `path` to `gid` (ownership stays root's); failures are logged,
+/// not fatal: the snapshot matters more than the group's access to it.
+fn give_to_group(path: &Path, gid: Option<Gid>) {
+    if let Some(gid) = gid
+        && let Err(e) = nix::unistd::chown(path, None, Some(gid))
+    {
+        tracing::warn!(path = %path.display(), gid = gid.as_raw(), "cannot give the file to the socket group: {e}");
+    }
 }
 
 impl Store {
     /// Opens (creating, 0750) `dir`, removes temporary files and orphaned
     /// sidecars left by a crash (returned), and continues the sequence.
     pub fn open(dir: &Path, host: &str) -> Result<(Self, Vec<PathBuf>), StoreError> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(dir)
-            .map_err(|source| StoreError::CreateDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
         let store = Self {
             dir: dir.to_path_buf(),
             host: name::sanitize_host(host),
             next_seq: Mutex::new(0),
+            group: Mutex::new(None),
+            busy: Mutex::new(HashSet::new()),
+            freed: Condvar::new(),
         };
+        store.ensure_dir()?;
         let mut removed = Vec::new();
         let mut max_seq = None;
         for file in store.read_dir()? {
@@ -215,6 +269,91 @@ impl Store {
         &self.dir
     }
 
+    fn group(&self) -> Option<Gid> {
+        *self.group.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives the directory, the snapshots and their sidecars to `gid` (the
+    /// socket group), now and for every file written later.
+    pub fn set_group(&self, gid: Option<Gid>) -> Result<(), StoreError> {
+        *self.group.lock().unwrap_or_else(|p| p.into_inner()) = gid;
+        if gid.is_none() {
+            return Ok(());
+        }
+        give_to_group(&self.dir, gid);
+        for file in self.read_dir()? {
+            let snapshot = SnapshotName::parse_file_name(&file).is_some();
+            let sidecar = file.starts_with('.') && file.ends_with(".meta");
+            if snapshot || sidecar {
+                give_to_group(&self.dir.join(file), gid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives a snapshot just written to the socket group.
+    pub fn adopt(&self, r: &Reservation) {
+        give_to_group(&self.dir.join(r.file_name()), self.group());
+    }
+
+    /// Creates the directory (0750, the socket group's) if it is missing:
+    /// at start and before each dump, in case it was removed meanwhile.
+    fn ensure_dir(&self) -> Result<(), StoreError> {
+        if self.dir.is_dir() {
+            return Ok(());
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&self.dir)
+            .map_err(|source| StoreError::CreateDir {
+                path: self.dir.clone(),
+                source,
+            })?;
+        // The mode asked for is cut by the umask; the store's is exact.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o750)).map_err(|source| {
+            StoreError::CreateDir {
+                path: self.dir.clone(),
+                source,
+            }
+        })?;
+        give_to_group(&self.dir, self.group());
+        Ok(())
+    }
+
+    /// Waits until no one else compresses or removes snapshot `id`, and
+    /// keeps it that way until the lock is dropped.
+    fn lock_snapshot(&self, id: &str) -> SnapshotLock<'_> {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while busy.contains(id) {
+            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        busy.insert(id.to_string());
+        SnapshotLock {
+            store: self,
+            id: id.to_string(),
+        }
+    }
+
+    /// Runs `rewrite` on snapshot `id` (a compression replacing the file)
+    /// with the snapshot locked against removal, then gives the new file to
+    /// the socket group. Returns the snapshot before and after.
+    pub fn rewrite<E>(
+        &self,
+        id: &str,
+        rewrite: impl FnOnce(&SnapshotInfo) -> Result<(), E>,
+    ) -> Result<(SnapshotInfo, SnapshotInfo), RewriteError<E>> {
+        let n =
+            SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })?;
+        let _lock = self.lock_snapshot(&n.id());
+        let before = self.info_of(&n)?;
+        rewrite(&before).map_err(RewriteError::Rewrite)?;
+        give_to_group(&before.path, self.group());
+        let after = self.info_of(&n)?;
+        Ok((before, after))
+    }
+
     fn lock_seq(&self) -> std::sync::MutexGuard<'_, u64> {
         self.next_seq.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -225,7 +364,14 @@ impl Store {
             source,
         };
         let mut names = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(err)? {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            // Removed behind our back: no snapshots until a dump creates it
+            // again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(names),
+            Err(e) => return Err(err(e)),
+        };
+        for entry in entries {
             if let Some(n) = entry.map_err(err)?.file_name().to_str() {
                 names.push(n.to_string());
             }
@@ -244,6 +390,7 @@ impl Store {
         if let Some(l) = label {
             validate_label(l)?;
         }
+        self.ensure_dir()?;
         let created_unix_ns = unix_ns(now);
         let seq = {
             let mut next = self.lock_seq();
@@ -278,6 +425,7 @@ impl Store {
                 .truncate(true)
                 .mode(0o640)
                 .open(&tmp)?;
+            give_to_group(&tmp, self.group());
             f.write_all(&serde_json::to_vec(&meta).map_err(io::Error::other)?)?;
             f.sync_all()?;
             fs::rename(&tmp, &final_path)
@@ -356,12 +504,20 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes a snapshot and its sidecar.
+    /// Removes a snapshot and its sidecar, waiting for a compression of it
+    /// to finish. A snapshot already gone is not an error.
     pub fn remove(&self, info: &SnapshotInfo) -> Result<(), StoreError> {
-        fs::remove_file(&info.path).map_err(|source| StoreError::Remove {
-            path: info.path.clone(),
-            source,
-        })?;
+        let _lock = self.lock_snapshot(&info.id);
+        match fs::remove_file(&info.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(StoreError::Remove {
+                    path: info.path.clone(),
+                    source,
+                });
+            }
+        }
         let _ = fs::remove_file(self.dir.join(meta_file_name(&info.id)));
         Ok(())
     }
@@ -399,7 +555,14 @@ impl Store {
 
     pub fn usage(&self) -> Result<Usage, StoreError> {
         let list = self.list()?;
-        let vfs = nix::sys::statvfs::statvfs(&self.dir).map_err(|source| StoreError::DiskFree {
+        // A directory removed behind our back: the free space where the
+        // next dump will create it.
+        let existing = self
+            .dir
+            .ancestors()
+            .find(|p| p.is_dir())
+            .unwrap_or(Path::new("/"));
+        let vfs = nix::sys::statvfs::statvfs(existing).map_err(|source| StoreError::DiskFree {
             path: self.dir.clone(),
             source,
         })?;
@@ -528,5 +691,105 @@ mod tests {
         assert_eq!(u.snapshots, 2);
         assert_eq!(u.bytes, 208);
         assert!(u.disk_free_bytes > 0);
+    }
+
+    #[test]
+    fn sidecar_temp_files_left_by_a_kill_are_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (store, _) = Store::open(d, "h").unwrap();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
+        let r = store.reserve(None, "api", t0).unwrap();
+        fs::write(d.join(r.file_name()), header(false)).unwrap();
+        drop(store);
+        // What a kill -9 between the sidecar's write and rename leaves.
+        let tmp = format!(".{}.meta.tmp-4242", r.id());
+        fs::write(d.join(&tmp), b"{}").unwrap();
+        assert!(is_temp_file_name(&tmp));
+        assert!(!is_temp_file_name(&format!(".{}.meta", r.id())));
+        assert!(!is_temp_file_name(&format!(".{}.meta.tmp-", r.id())));
+        let (_, removed) = Store::open(d, "h").unwrap();
+        assert_eq!(removed, vec![d.join(&tmp)]);
+        assert!(!d.join(&tmp).exists());
+        assert!(d.join(format!(".{}.meta", r.id())).exists());
+    }
+
+    #[test]
+    fn a_removed_directory_is_created_again_by_the_next_reservation() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("snaps");
+        let (store, _) = Store::open(&d, "h").unwrap();
+        fs::remove_dir_all(&d).unwrap();
+        assert_eq!(store.list().unwrap(), vec![]);
+        let u = store.usage().unwrap();
+        assert_eq!((u.snapshots, u.bytes), (0, 0));
+        assert!(u.disk_free_bytes > 0);
+        let r = store.reserve(None, "api", SystemTime::now()).unwrap();
+        let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o750);
+        assert!(d.join(format!(".{}.meta", r.id())).exists());
+    }
+
+    #[test]
+    fn a_removal_waits_for_a_compression_of_the_same_snapshot() {
+        use std::sync::mpsc;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (store, _) = Store::open(d, "h").unwrap();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
+        let ids: Vec<Reservation> = (0..2)
+            .map(|i| {
+                let r = store
+                    .reserve(None, "api", t0 + Duration::from_secs(i))
+                    .unwrap();
+                fs::write(d.join(r.file_name()), header(false)).unwrap();
+                r
+            })
+            .collect();
+        let oldest = ids[0].id();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (rotated_tx, rotated_rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            let store = &store;
+            s.spawn(move || {
+                store
+                    .rewrite(&oldest, |before| {
+                        started_tx.send(()).unwrap();
+                        // Without the lock, retention removes the snapshot
+                        // now; the compression's rename would then bring it
+                        // back without its sidecar.
+                        let _ = rotated_rx.recv_timeout(Duration::from_millis(500));
+                        let tmp = before.path.with_extension("tmp");
+                        fs::write(&tmp, header(true))?;
+                        fs::rename(&tmp, &before.path)
+                    })
+                    .unwrap();
+            });
+            started_rx.recv().unwrap();
+            let policy = RetentionPolicy::from_limits(1, 0, Duration::ZERO);
+            let (removed, _) = store.apply_retention(&policy, None, t0).unwrap();
+            rotated_tx.send(()).ok();
+            assert_eq!(removed.len(), 1);
+        });
+        let id = ids[0].id();
+        assert!(!d.join(ids[0].file_name()).exists(), "{id} came back");
+        assert!(!d.join(format!(".{id}.meta")).exists());
+        assert_eq!(store.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_huge_label_or_id_is_cut_in_the_error() {
+        let label = "a".repeat(100_000);
+        let msg = validate_label(&label).unwrap_err().to_string();
+        assert!(msg.len() < 300, "{} bytes", msg.len());
+        assert!(
+            msg.ends_with("(100000 bytes): it is 100000 characters long, at most 64 are allowed"),
+            "{msg}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), "h").unwrap();
+        let msg = store.get(&"x".repeat(100_000)).unwrap_err().to_string();
+        assert!(msg.len() < 300, "{} bytes", msg.len());
     }
 }

@@ -367,3 +367,22 @@ proptest! {
         prop_assert!(walked <= used);
     }
 }
+
+#[test]
+fn an_allocation_the_system_refuses_is_an_error_not_an_abort() {
+    let huge = usize::MAX & !7;
+    assert!(matches!(
+        SizeAtEndRing::new(huge),
+        Err(SizeAtEndError::Alloc { capacity, .. }) if capacity == huge
+    ));
+    // Larger than any machine's memory and swap, within isize: refused by
+    // the allocator (or lazily granted under `vm.overcommit_memory = 1`).
+    if std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|m| m.trim() != "1") {
+        let err = SizeAtEndRing::new(1 << 50).expect_err("1 PiB cannot be allocated");
+        assert_eq!(
+            err.to_string(),
+            "cannot allocate a ring of 1125899906842624 bytes: memory allocation failed \
+             because the memory allocator returned an error"
+        );
+    }
+}
