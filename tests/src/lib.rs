@@ -335,3 +335,56 @@ impl Drop for Load {
         }
     }
 }
+
+/// `snapctl --json watch` running in the background; its events are read
+/// on a thread so a test can wait for the one it expects and pass over
+/// unrelated ones (loss reports arrive whenever the rings lose samples).
+pub struct Watcher {
+    child: std::process::Child,
+    events: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Watcher {
+    pub fn start(daemon: &Daemon) -> Self {
+        use std::io::BufRead;
+        let mut child = daemon
+            .snapctl_cmd(&["--json", "watch"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn snapctl watch");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let event = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("watch printed a line that is not JSON ({e}): {line}"));
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, events }
+    }
+
+    /// The first event named `name` (the JSON `event` key) within `within`,
+    /// skipping others.
+    pub fn wait_for(&self, name: &str, within: std::time::Duration) -> Option<serde_json::Value> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            match self.events.recv_timeout(left) {
+                Ok(e) if e["event"] == name => return Some(e),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
