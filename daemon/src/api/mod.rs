@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use flightrec_proto::v1 as pb;
 use flightrec_proto::{FlightRecorder, FlightRecorderServer};
@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status};
 
 use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
-use crate::store::{RetentionPolicy, StoreError, validate_label};
+use crate::store::{RetentionPolicy, SnapshotInfo, StoreError, retention, unix_ns, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
 
 /// Socket set-up failures, naming the socket.
@@ -227,6 +227,48 @@ pub async fn serve(
         .await
 }
 
+/// The policy a `Rotate` applies: the configured one tightened by the
+/// request's limits, where 0 means "no limit" as in the config file;
+/// `delete_all` removes everything.
+pub fn rotate_policy(configured: RetentionPolicy, req: &pb::RotateRequest) -> RetentionPolicy {
+    if req.delete_all {
+        return RetentionPolicy {
+            max_snapshots: Some(0),
+            max_bytes: None,
+            max_age: None,
+        };
+    }
+    configured.tightened(RetentionPolicy::from_limits(
+        req.max_snapshots.unwrap_or(0),
+        req.max_bytes.unwrap_or(0),
+        Duration::from_secs(req.max_age_seconds.unwrap_or(0)),
+    ))
+}
+
+/// FAILED_PRECONDITION when `policy` would remove every one of `all`
+/// (at least one): that takes `delete_all`.
+pub fn refuse_removing_all(
+    all: &[SnapshotInfo],
+    policy: &RetentionPolicy,
+    now: SystemTime,
+) -> Result<(), Status> {
+    let entries: Vec<_> = all
+        .iter()
+        .map(|s| retention::Entry {
+            created_unix_ns: s.created_unix_ns,
+            bytes: s.bytes,
+        })
+        .collect();
+    let doomed = retention::plan(&entries, policy, unix_ns(now), None).len();
+    if doomed > 0 && doomed == all.len() {
+        return Err(Status::failed_precondition(format!(
+            "delete_all: this rotate would remove all {doomed} snapshots; set delete_all to \
+             confirm (snapctl rotate --all), or choose limits that keep some"
+        )));
+    }
+    Ok(())
+}
+
 /// The service implementation.
 pub struct Api {
     state: Arc<State>,
@@ -334,14 +376,17 @@ impl FlightRecorder for Api {
             cfg.max_bytes.bytes(),
             cfg.max_age.get(),
         );
-        let policy = configured.tightened(RetentionPolicy {
-            max_snapshots: req.max_snapshots,
-            max_bytes: req.max_bytes,
-            max_age: req.max_age_seconds.map(Duration::from_secs),
-        });
+        let policy = rotate_policy(configured, &req);
         let state = self.state.clone();
-        let (removed, kept) =
-            blocking(move || state.apply_retention(&policy, None).map_err(store_status)).await?;
+        let store = self.state.current().store.clone();
+        let (removed, kept) = blocking(move || {
+            if !req.delete_all {
+                let all = store.list().map_err(store_status)?;
+                refuse_removing_all(&all, &policy, SystemTime::now())?;
+            }
+            state.apply_retention(&policy, None).map_err(store_status)
+        })
+        .await?;
         Ok(Response::new(pb::RotateReply {
             removed: removed.iter().map(snapshot_pb).collect(),
             kept: kept.iter().map(snapshot_pb).collect(),
@@ -551,6 +596,66 @@ mod tests {
         });
         assert_eq!(s.code(), tonic::Code::Internal);
         assert!(s.message().contains("/s"));
+    }
+
+    fn snapshot(id: &str, created_unix_ns: i64, bytes: u64) -> SnapshotInfo {
+        SnapshotInfo {
+            id: id.into(),
+            path: format!("/s/{id}.perf.data").into(),
+            bytes,
+            compressed: false,
+            label: None,
+            trigger: "api".into(),
+            created_unix_ns,
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn rotate_limits_of_zero_mean_no_limit_as_in_the_config() {
+        let configured = RetentionPolicy::from_limits(10, 0, Duration::ZERO);
+        let zero = pb::RotateRequest {
+            max_snapshots: Some(0),
+            max_bytes: Some(0),
+            max_age_seconds: Some(0),
+            delete_all: false,
+        };
+        assert_eq!(rotate_policy(configured, &zero), configured);
+        let tighter = pb::RotateRequest {
+            max_snapshots: Some(3),
+            max_bytes: Some(1 << 20),
+            ..zero
+        };
+        let p = rotate_policy(configured, &tighter);
+        assert_eq!(p.max_snapshots, Some(3));
+        assert_eq!(p.max_bytes, Some(1 << 20));
+        assert_eq!(p.max_age, None);
+        let all = pb::RotateRequest {
+            delete_all: true,
+            ..zero
+        };
+        assert_eq!(rotate_policy(configured, &all).max_snapshots, Some(0));
+    }
+
+    #[test]
+    fn a_rotate_removing_every_snapshot_needs_delete_all() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let all = [snapshot("a", 1, 100), snapshot("b", 2, 100)];
+        let keep_one = RetentionPolicy::from_limits(1, 0, Duration::ZERO);
+        assert!(refuse_removing_all(&all, &keep_one, now).is_ok());
+        let tiny = RetentionPolicy::from_limits(0, 10, Duration::ZERO);
+        let err = refuse_removing_all(&all, &tiny, now).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.message()
+                .starts_with("delete_all: this rotate would remove all 2 snapshots"),
+            "{}",
+            err.message()
+        );
+        let old = RetentionPolicy::from_limits(0, 0, Duration::from_secs(1));
+        assert!(refuse_removing_all(&all, &old, now).is_err());
+        // Nothing to remove is not "everything".
+        assert!(refuse_removing_all(&[], &tiny, now).is_ok());
     }
 
     #[test]
