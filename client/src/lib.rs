@@ -91,6 +91,11 @@ impl ClientError {
             | ClientError::Connect { .. }
             | ClientError::Timeout { .. } => EXIT_CONNECT,
             ClientError::Permission { .. } | ClientError::Dropped { .. } => EXIT_PERMISSION,
+            // Refused on an open connection: access revoked.
+            ClientError::Daemon {
+                code: tonic::Code::PermissionDenied,
+                ..
+            } => EXIT_PERMISSION,
             ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
         }
     }
