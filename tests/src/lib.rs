@@ -461,9 +461,13 @@ impl PythonClient {
             "generating the Python stubs failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Beside the stubs, where unprivileged users can read it too.
+        let script = stubs.path().join("flightrec_client.py");
+        std::fs::copy(root.join("python/flightrec_client.py"), &script)
+            .expect("copy the Python client");
         Some(PythonClient {
             python,
-            script: root.join("python/flightrec_client.py"),
+            script,
             stubs,
         })
     }

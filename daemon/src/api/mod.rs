@@ -474,6 +474,7 @@ impl FlightRecorder for Api {
         if self.state.is_shutting_down() {
             return Err(shutting_down());
         }
+        tracing::debug!(label = label.as_deref().unwrap_or(""), "dump requested over the API");
         let rx = self
             .state
             .request_dump(TriggerKind::Api, label, req.compress);
