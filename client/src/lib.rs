@@ -208,7 +208,9 @@ pub async fn answered_within<T>(
     call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, ClientError> {
     match tokio::time::timeout(timeout, call).await {
-        Ok(r) => r.map(tonic::Response::into_inner).map_err(|s| call_error(path, s, timeout)),
+        Ok(r) => r
+            .map(tonic::Response::into_inner)
+            .map_err(|s| call_error(path, s, timeout)),
         Err(_) => Err(ClientError::Timeout {
             path: path.into(),
             after: timeout,

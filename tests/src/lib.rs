@@ -374,8 +374,9 @@ impl Watcher {
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let event = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("watch printed a line that is not JSON ({e}): {line}"));
+                let event = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("watch printed a line that is not JSON ({e}): {line}")
+                });
                 if tx.send(event).is_err() {
                     break;
                 }

@@ -279,9 +279,10 @@ impl Drop for RevokedPeer {
 /// The daemon on socket group `group`, its directories open to `nobody`.
 fn daemon_for_nobody(group: &str) -> Daemon {
     let mut d = Daemon::start("");
-    let text = std::fs::read_to_string(&d.config)
-        .unwrap()
-        .replace("socket_group = \"root\"", &format!("socket_group = \"{group}\""));
+    let text = std::fs::read_to_string(&d.config).unwrap().replace(
+        "socket_group = \"root\"",
+        &format!("socket_group = \"{group}\""),
+    );
     std::fs::write(&d.config, text).unwrap();
     d.stop();
     // The socket directory is created with the socket group.
@@ -310,7 +311,10 @@ fn a_peer_whose_group_a_reload_removed_is_refused_on_its_open_connection() {
     std::fs::write(&d.config, text).unwrap();
     let reloaded = d.json(&["reload"]);
     assert!(
-        reloaded["summary"].as_str().unwrap().contains("socket_group"),
+        reloaded["summary"]
+            .as_str()
+            .unwrap()
+            .contains("socket_group"),
         "{reloaded}"
     );
 
@@ -410,7 +414,11 @@ fn snapctl_gives_up_on_a_socket_nobody_answers() {
         if let Some(t) = env {
             cmd.env("FLIGHTREC_TIMEOUT", t);
         }
-        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let (out, took) = wait_output(child, Duration::from_secs(15), &format!("snapctl {args:?}"));
         assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -499,6 +507,10 @@ fn a_reader_closing_the_pipe_is_not_an_error() {
         drop(reader);
         let out = d.snapctl_cmd(&args).stdout(writer).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
-        assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

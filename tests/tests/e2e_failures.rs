@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{
-    Daemon, Load, Watcher, bin_path, perf_script, require_root, test_config,
-};
+use flightrec_tests::{Daemon, Load, Watcher, bin_path, perf_script, require_root, test_config};
 use serde_json::Value;
 
 /// Names in `dir`, hidden ones included.

@@ -43,7 +43,10 @@ fn grpc_python_calls_every_rpc_on_the_unix_socket() {
         "{r}"
     );
     // max_snapshots = 0 is "no limit", as in the config file.
-    assert_eq!(r["rotate_zero"], serde_json::json!({"removed": 0, "kept": 1}));
+    assert_eq!(
+        r["rotate_zero"],
+        serde_json::json!({"removed": 0, "kept": 1})
+    );
     assert_eq!(r["rotate_everything"]["code"], "FAILED_PRECONDITION", "{r}");
     assert!(
         r["rotate_everything"]["details"]
@@ -61,7 +64,8 @@ fn grpc_python_calls_every_rpc_on_the_unix_socket() {
     assert_eq!(r["malformed"]["code"], "INVALID_ARGUMENT", "{r}");
     let details = r["malformed"]["details"].as_str().unwrap();
     assert!(
-        details.starts_with("malformed DumpRequest message") && details.contains("DumpRequest.label"),
+        details.starts_with("malformed DumpRequest message")
+            && details.contains("DumpRequest.label"),
         "{details}"
     );
     assert!(d.list().is_empty());

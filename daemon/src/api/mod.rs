@@ -27,8 +27,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_limit};
 use connections::{ApiConnection, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, RateLimitedWarning};
+pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_limit};
 
 use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
@@ -178,7 +178,7 @@ fn listed_in_group(uid: u32, group: Gid) -> bool {
         || Group::from_gid(group)
             .ok()
             .flatten()
-            .is_some_and(|g| g.mem.iter().any(|m| *m == user.name))
+            .is_some_and(|g| g.mem.contains(&user.name))
 }
 
 /// Checks `peer` against the current policy: the daemon's owner and the
@@ -474,7 +474,10 @@ impl FlightRecorder for Api {
         if self.state.is_shutting_down() {
             return Err(shutting_down());
         }
-        tracing::debug!(label = label.as_deref().unwrap_or(""), "dump requested over the API");
+        tracing::debug!(
+            label = label.as_deref().unwrap_or(""),
+            "dump requested over the API"
+        );
         let rx = self
             .state
             .request_dump(TriggerKind::Api, label, req.compress);
