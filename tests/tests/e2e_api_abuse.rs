@@ -514,3 +514,32 @@ fn a_reader_closing_the_pipe_is_not_an_error() {
         );
     }
 }
+
+#[test]
+fn a_connection_that_sends_nothing_is_closed_after_the_handshake_timeout() {
+    use std::io::Read;
+    if !require_root("silent_connection") {
+        return;
+    }
+    let d = Daemon::start("");
+    let mut silent = UnixStream::connect(&d.socket).unwrap();
+    let opened = Instant::now();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    // The server's SETTINGS may come first; then the end of the stream.
+    let closed = loop {
+        match silent.read(&mut buf) {
+            Ok(0) => break opened.elapsed(),
+            Ok(_) => {}
+            Err(e) => panic!("the daemon did not close a silent connection in 30s: {e}"),
+        }
+    };
+    // HANDSHAKE_TIMEOUT is 5 s; the reaper looks every second.
+    assert!(
+        closed >= Duration::from_secs(5) && closed < Duration::from_secs(8),
+        "closed after {closed:?}"
+    );
+    assert!(d.snapctl(&["status"]).status.success());
+}
