@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Malformed messages are INVALID_ARGUMENT (src/codec.rs).
+        .codec_path("crate::codec::ArgumentCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

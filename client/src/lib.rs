@@ -11,6 +11,7 @@ pub mod render;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use flightrec_proto::FlightRecorderClient;
 use hyper_util::rt::TokioIo;
@@ -28,6 +29,11 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_CONNECT: i32 = 3;
 /// Not allowed to use the socket.
 pub const EXIT_PERMISSION: i32 = 4;
+
+/// How long snapctl waits for the daemon by default: to connect, for each
+/// answer, and for the answer to a keep-alive ping during a long `dump` or
+/// `watch`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What went wrong, phrased for the person at the terminal.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +56,11 @@ pub enum ClientError {
     Dropped { path: PathBuf, group: String },
     #[error("cannot connect to {path}: {message}")]
     Connect { path: PathBuf, message: String },
+    #[error(
+        "the daemon on {path} did not answer within {} (stopped or hung?); --timeout or FLIGHTREC_TIMEOUT change the limit",
+        humantime::format_duration(*after)
+    )]
+    Timeout { path: PathBuf, after: Duration },
     #[error("{message}")]
     Daemon { code: tonic::Code, message: String },
     #[error("cannot write the output: {0}")]
@@ -66,6 +77,7 @@ impl ClientError {
                 "PermissionDenied".into()
             }
             ClientError::Output(_) => "Output".into(),
+            ClientError::Timeout { .. } => "Timeout".into(),
             _ => "Connect".into(),
         };
         serde_json::json!({ "error": self.to_string(), "code": code, "exit": self.exit_code() })
@@ -76,8 +88,14 @@ impl ClientError {
         match self {
             ClientError::NoSocket { .. }
             | ClientError::Refused { .. }
-            | ClientError::Connect { .. } => EXIT_CONNECT,
+            | ClientError::Connect { .. }
+            | ClientError::Timeout { .. } => EXIT_CONNECT,
             ClientError::Permission { .. } | ClientError::Dropped { .. } => EXIT_PERMISSION,
+            // Refused on an open connection: access revoked.
+            ClientError::Daemon {
+                code: tonic::Code::PermissionDenied,
+                ..
+            } => EXIT_PERMISSION,
             ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
         }
     }
@@ -101,8 +119,29 @@ fn socket_group(path: &Path) -> String {
         .map_or_else(|| gid.to_string(), |g| g.name)
 }
 
-/// Connects to the daemon at `path`.
-pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, ClientError> {
+/// Connects to the daemon at `path`, waiting at most `timeout` for the
+/// socket and the HTTP/2 handshake. The connection then pings the daemon
+/// when it has been quiet for half of `timeout` and gives up on it when a
+/// ping is not answered within the other half: a stopped daemon ends a
+/// long `dump` or a `watch` instead of hanging them.
+pub async fn connect(
+    path: &Path,
+    timeout: Duration,
+) -> Result<FlightRecorderClient<Channel>, ClientError> {
+    tokio::time::timeout(timeout, connect_unbounded(path, timeout))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ClientError::Timeout {
+                path: path.into(),
+                after: timeout,
+            })
+        })
+}
+
+async fn connect_unbounded(
+    path: &Path,
+    timeout: Duration,
+) -> Result<FlightRecorderClient<Channel>, ClientError> {
     let stream = match UnixStream::connect(path).await {
         Ok(s) => s,
         Err(e) => {
@@ -125,11 +164,15 @@ pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, Clien
     };
     // Hand the connected stream to tonic (once: a CLI call never reconnects).
     let slot = Arc::new(Mutex::new(Some(stream)));
+    let half = (timeout / 2).max(Duration::from_millis(50));
     let channel = Endpoint::try_from("http://[::]:50051")
         .map_err(|e| ClientError::Connect {
             path: path.into(),
             message: e.to_string(),
         })?
+        .http2_keep_alive_interval(half)
+        .keep_alive_timeout(half)
+        .keep_alive_while_idle(true)
         .connect_with_connector(service_fn(move |_| {
             let slot = slot.clone();
             async move {
@@ -158,6 +201,23 @@ pub async fn connect(path: &Path) -> Result<FlightRecorderClient<Channel>, Clien
     Ok(FlightRecorderClient::new(channel))
 }
 
+/// One call that must be answered within `timeout`.
+pub async fn answered_within<T>(
+    path: &Path,
+    timeout: Duration,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, ClientError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(r) => r
+            .map(tonic::Response::into_inner)
+            .map_err(|s| call_error(path, s, timeout)),
+        Err(_) => Err(ClientError::Timeout {
+            path: path.into(),
+            after: timeout,
+        }),
+    }
+}
+
 /// Whether the daemon's peer check would admit us: root, or a member of the
 /// socket's group (the socket's owner is root in practice).
 fn admitted(path: &Path) -> bool {
@@ -176,8 +236,9 @@ fn admitted(path: &Path) -> bool {
 
 /// A failed call: a daemon error keeps its message. A connection closed
 /// before any answer (a transport error, not a status the daemon sent) is a
-/// refused peer when we would not be admitted, else a daemon gone away.
-pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
+/// refused peer when we would not be admitted, else a daemon gone away (or
+/// one that stopped answering pings within `timeout`).
+pub fn call_error(path: &Path, status: tonic::Status, timeout: Duration) -> ClientError {
     let from_daemon = status.metadata().contains_key("content-type")
         || status.message().contains("shutting down");
     let transport = !from_daemon
@@ -187,6 +248,12 @@ pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
         )
         && std::error::Error::source(&status).is_some();
     if transport {
+        if unanswered_ping(&status) {
+            return ClientError::Timeout {
+                path: path.into(),
+                after: timeout,
+            };
+        }
         if !admitted(path) {
             return ClientError::Dropped {
                 path: path.into(),
@@ -202,4 +269,17 @@ pub fn call_error(path: &Path, status: tonic::Status) -> ClientError {
         code: status.code(),
         message: status.message().to_string(),
     }
+}
+
+/// Whether the connection ended because a keep-alive ping went unanswered
+/// (hyper's error says so; it has no public type to match).
+fn unanswered_ping(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.to_string().contains("keep-alive timed out") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }

@@ -5,20 +5,22 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use flightrec_config::{
     ByteSize, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, HumanDuration, LoadedConfig,
 };
 use flightrec_proto::v1 as pb;
-use snapctl::{ClientError, call_error, connect, render};
+use snapctl::{ClientError, DEFAULT_TIMEOUT, answered_within, call_error, connect, render};
 
 const EXIT_CODES: &str = "\
 Exit status:
   0  success
   1  the daemon answered with an error (bad label or id, disk full, ...)
   2  bad command line
-  3  cannot reach the daemon (no socket, nobody listening, connection lost)
+  3  cannot reach the daemon (no socket, nobody listening, connection lost,
+     no answer within --timeout)
   4  permission denied on the socket (not root, not in its group)";
 
 /// Control flightrecd, the flight recorder: take, list, rotate and compress
@@ -34,6 +36,19 @@ struct Args {
     /// Print JSON (one object; `watch` prints one per line) instead of text.
     #[arg(long, global = true)]
     json: bool,
+
+    /// Give up (exit status 3) when the daemon does not answer within DUR,
+    /// e.g. 500ms or 1m: to connect, and to each call. `dump` and `watch`
+    /// may take longer as long as the daemon answers HTTP/2 pings within
+    /// DUR. Default: $FLIGHTREC_TIMEOUT, else 10s.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        env = "FLIGHTREC_TIMEOUT",
+        value_parser = parse_timeout
+    )]
+    timeout: Option<Duration>,
 
     #[command(subcommand)]
     command: Command,
@@ -56,8 +71,8 @@ enum Command {
     /// Apply retention now; each option tightens the configured limit for
     /// this call only.
     Rotate {
-        /// Keep at most N snapshots (the newest).
-        #[arg(long, value_name = "N")]
+        /// Keep at most N snapshots (the newest), N >= 1 (see --all).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         keep: Option<u32>,
         /// Keep at most SIZE bytes of snapshots, e.g. 500MiB.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -65,6 +80,10 @@ enum Command {
         /// Remove snapshots older than DUR, e.g. 2h or 7d.
         #[arg(long, value_name = "DUR", value_parser = parse_duration)]
         max_age: Option<u64>,
+        /// Remove every snapshot. Without it, a rotate that would remove
+        /// them all is refused and removes nothing.
+        #[arg(long)]
+        all: bool,
     },
     /// Replace a snapshot by its zstd-compressed form (atomically).
     Compress {
@@ -92,6 +111,14 @@ fn parse_size(s: &str) -> Result<u64, String> {
     ByteSize::parse(s).map(ByteSize::bytes)
 }
 
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = HumanDuration::parse(s)?.get();
+    if d.is_zero() {
+        return Err("the timeout must be more than 0".into());
+    }
+    Ok(d)
+}
+
 fn parse_duration(s: &str) -> Result<u64, String> {
     HumanDuration::parse(s).map(|d| d.get().as_secs())
 }
@@ -111,65 +138,75 @@ fn socket_path(flag: Option<PathBuf>) -> PathBuf {
 async fn run(args: Args) -> Result<(), ClientError> {
     let path = socket_path(args.socket);
     let json = args.json;
-    let mut client = connect(&path).await?;
-    let err = |s| call_error(&path, s);
+    let timeout = args.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let mut client = connect(&path, timeout).await?;
     let text = match args.command {
         Command::Dump { label, compress } => {
+            // A dump may wait for its slot (snapshot.min_interval) and take
+            // long to write: no deadline, but the connection's keep-alive
+            // pings end it when the daemon stops answering.
             let r = client
                 .dump(pb::DumpRequest {
                     label: label.unwrap_or_default(),
                     compress,
                 })
                 .await
-                .map_err(err)?;
+                .map_err(|s| call_error(&path, s, timeout))?;
             render::dump(r.get_ref(), json)
         }
         Command::List => {
-            let r = client.list(pb::ListRequest {}).await.map_err(err)?;
-            render::list(r.get_ref(), json)
+            let r = answered_within(&path, timeout, client.list(pb::ListRequest {})).await?;
+            render::list(&r, json)
         }
         Command::Rotate {
             keep,
             max_bytes,
             max_age,
+            all,
         } => {
-            let r = client
-                .rotate(pb::RotateRequest {
+            let r = answered_within(
+                &path,
+                timeout,
+                client.rotate(pb::RotateRequest {
                     max_snapshots: keep,
                     max_bytes,
                     max_age_seconds: max_age,
-                })
-                .await
-                .map_err(err)?;
-            render::rotate(r.get_ref(), json)
+                    delete_all: all,
+                }),
+            )
+            .await?;
+            render::rotate(&r, json)
         }
         Command::Compress { id, level } => {
+            // Compressing a big snapshot takes a while: kept alive by pings
+            // like a dump.
             let r = client
                 .compress(pb::CompressRequest {
                     id,
                     level: level.unwrap_or(0),
                 })
                 .await
-                .map_err(err)?;
+                .map_err(|s| call_error(&path, s, timeout))?;
             render::compress(r.get_ref(), json)
         }
         Command::Status => {
-            let r = client.status(pb::StatusRequest {}).await.map_err(err)?;
-            render::status(r.get_ref(), json)
+            let r = answered_within(&path, timeout, client.status(pb::StatusRequest {})).await?;
+            render::status(&r, json)
         }
         Command::Reload => {
-            let r = client.reload(pb::ReloadRequest {}).await.map_err(err)?;
-            render::reload(r.get_ref(), json)
+            let r = answered_within(&path, timeout, client.reload(pb::ReloadRequest {})).await?;
+            render::reload(&r, json)
         }
         Command::Watch { count } => {
-            let mut stream = client
-                .watch(pb::WatchRequest {})
-                .await
-                .map_err(err)?
-                .into_inner();
+            let mut stream =
+                answered_within(&path, timeout, client.watch(pb::WatchRequest {})).await?;
             let mut seen = 0u64;
             while count.is_none_or(|c| seen < c) {
-                match stream.message().await.map_err(err)? {
+                match stream
+                    .message()
+                    .await
+                    .map_err(|s| call_error(&path, s, timeout))?
+                {
                     Some(e) => {
                         let mut out = std::io::stdout().lock();
                         writeln!(out, "{}", render::watch_event(&e, json))
@@ -188,7 +225,10 @@ async fn run(args: Args) -> Result<(), ClientError> {
             return Ok(());
         }
     };
-    writeln!(std::io::stdout(), "{text}").map_err(ClientError::Output)
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(ClientError::Output)
 }
 
 fn main() -> ExitCode {
@@ -206,6 +246,11 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`snapctl status | head -1`): it has what it
+        // wanted, which is not an error.
+        Err(ClientError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             if json {
                 eprintln!("{}", e.to_json());

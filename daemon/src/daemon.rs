@@ -579,6 +579,12 @@ async fn serve(
         "recording"
     );
     let listener = api::bind_socket(&socket_path, group.as_ref().map(|g| g.1)).await?;
+    // Idle clients must never take the descriptors a dump needs: raise the
+    // soft limit, then cap connections below it with a reserve for dumps.
+    let fd_limit = api::raise_fd_limit();
+    let limits = api::ConnectionLimits::from_fd_limit(fd_limit, api::open_fds());
+    tracing::debug!(fd_limit, max_connections = limits.max, "API connection cap");
+    let connections = api::Connections::new(limits);
 
     let (dump_tx, dump_rx) = mpsc::unbounded_channel();
     let (timing_tx, timing_rx) = watch::channel(timing_of(cfg));
@@ -617,7 +623,7 @@ async fn serve(
     let loss_task = tokio::spawn(watch_losses(state.clone()));
     let signals = spawn_signal_handlers(state.clone())?;
 
-    let server = api::serve(state.clone(), listener);
+    let server = api::serve(state.clone(), listener, connections);
     tokio::pin!(server);
     tracing::info!(socket = %socket_path.display(), "listening");
     notify(sd_notify::NotifyState::Ready);

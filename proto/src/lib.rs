@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
+
 /// Messages and the client/server stubs of `flightrec.v1`.
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

@@ -104,6 +104,9 @@ pub struct Daemon {
     pub config: PathBuf,
     pub log: PathBuf,
     pub child: Option<std::process::Child>,
+    /// A command that runs flightrecd (it must exec it, keeping the pid),
+    /// e.g. `prlimit --nofile=1024:1024 --`; empty: none.
+    pub wrapper: Vec<String>,
 }
 
 /// Config text for a test daemon in `dir`: small rings, the given extra
@@ -139,6 +142,11 @@ impl Daemon {
     /// Starts the daemon on `test_config(dir, extra)` and waits until it
     /// answers `status`.
     pub fn start(extra: &str) -> Self {
+        Self::start_wrapped(extra, &[])
+    }
+
+    /// As [`Daemon::start`], run through `wrapper` (see [`Daemon::wrapper`]).
+    pub fn start_wrapped(extra: &str, wrapper: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("flightrec.toml");
         std::fs::write(&config, test_config(dir.path(), extra)).expect("write config");
@@ -149,6 +157,7 @@ impl Daemon {
             config,
             dir,
             child: None,
+            wrapper: wrapper.iter().map(|w| w.to_string()).collect(),
         };
         d.spawn();
         d
@@ -161,7 +170,15 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .expect("open log");
-        let child = Command::new(bin_path("flightrecd"))
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin_path("flightrecd"));
+                c
+            }
+            None => Command::new(bin_path("flightrecd")),
+        };
+        let child = cmd
             .arg("--config")
             .arg(&self.config)
             .stderr(log)
@@ -333,5 +350,136 @@ impl Drop for Load {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// `snapctl --json watch` running in the background; its events are read
+/// on a thread so a test can wait for the one it expects and pass over
+/// unrelated ones (loss reports arrive whenever the rings lose samples).
+pub struct Watcher {
+    child: std::process::Child,
+    events: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Watcher {
+    pub fn start(daemon: &Daemon) -> Self {
+        use std::io::BufRead;
+        let mut child = daemon
+            .snapctl_cmd(&["--json", "watch"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn snapctl watch");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let event = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("watch printed a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, events }
+    }
+
+    /// The first event named `name` (the JSON `event` key) within `within`,
+    /// skipping others.
+    pub fn wait_for(&self, name: &str, within: std::time::Duration) -> Option<serde_json::Value> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            match self.events.recv_timeout(left) {
+                Ok(e) if e["event"] == name => return Some(e),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where `tests/prepare-host` installs grpc-python.
+pub const GRPC_PYTHON: &str = "/var/tmp/flightrec-grpc-venv/bin/python";
+
+/// A grpc-python client (`tests/python/flightrec_client.py`) with stubs
+/// generated from `proto/flightrec.proto` into a directory of its own.
+pub struct PythonClient {
+    pub python: PathBuf,
+    pub script: PathBuf,
+    pub stubs: tempfile::TempDir,
+}
+
+impl PythonClient {
+    /// The client, or None (after saying why) when grpc-python is not
+    /// installed; under `CI=true` that is a failure (`tests/prepare-host`
+    /// installs it).
+    pub fn find(test: &str) -> Option<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let python = std::env::var_os("FLIGHTREC_TEST_PYTHON")
+            .map_or_else(|| PathBuf::from(GRPC_PYTHON), PathBuf::from);
+        let usable = Command::new(&python)
+            .args(["-c", "import grpc, grpc_tools"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !usable {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!(
+                    "{test}: no grpc-python at {} (run tests/prepare-host)",
+                    python.display()
+                );
+            }
+            eprintln!(
+                "{test}: skipped, no grpc-python at {} (run tests/prepare-host)",
+                python.display()
+            );
+            return None;
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let stubs = tempfile::tempdir().expect("tempdir");
+        // Readable by the unprivileged users some tests run it as.
+        std::fs::set_permissions(stubs.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod stubs dir");
+        let proto = root.join("../proto");
+        let out = Command::new(&python)
+            .args(["-m", "grpc_tools.protoc"])
+            .arg(format!("-I{}", proto.display()))
+            .arg(format!("--python_out={}", stubs.path().display()))
+            .arg(format!("--grpc_python_out={}", stubs.path().display()))
+            .arg("flightrec.proto")
+            .output()
+            .expect("run grpc_tools.protoc");
+        assert!(
+            out.status.success(),
+            "generating the Python stubs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Beside the stubs, where unprivileged users can read it too.
+        let script = stubs.path().join("flightrec_client.py");
+        std::fs::copy(root.join("python/flightrec_client.py"), &script)
+            .expect("copy the Python client");
+        Some(PythonClient {
+            python,
+            script,
+            stubs,
+        })
+    }
+
+    /// `python flightrec_client.py STUBS SOCKET MODE`, not started yet.
+    pub fn command(&self, socket: &Path, mode: &str) -> Command {
+        let mut cmd = Command::new(&self.python);
+        cmd.arg(&self.script)
+            .arg(self.stubs.path())
+            .arg(socket)
+            .arg(mode);
+        cmd
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Load, bin_path, perf_script, require_root, test_config};
+use flightrec_tests::{Daemon, Load, Watcher, bin_path, perf_script, require_root, test_config};
 use serde_json::Value;
 
 /// Names in `dir`, hidden ones included.
@@ -111,26 +111,32 @@ fn disk_full_during_a_dump_is_resource_exhausted_and_recoverable() {
     let older_bytes = std::fs::metadata(&older_path).unwrap().len();
 
     let filler = fill(&snapshots, 16 * 1024);
-    let watcher = d
-        .snapctl_cmd(&["--json", "watch", "--count", "1"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let out = d.snapctl(&["--json", "dump"]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err: Value = serde_json::from_slice(&out.stderr).expect("JSON error");
-    assert_eq!(err["code"], "ResourceExhausted", "{err}");
-    let msg = err["error"].as_str().unwrap();
-    assert!(
-        msg.contains("disk full") || msg.contains("No space"),
-        "{msg}"
-    );
-    assert!(leftovers(&snapshots).is_empty(), "{:?}", names(&snapshots));
-    assert_eq!(d.list().len(), 1);
-    let watched = watcher.wait_with_output().unwrap();
-    let event: Value = serde_json::from_slice(&watched.stdout).expect("one watch event");
-    assert_eq!(event["event"], "dump_failed", "{event}");
+    // Loss reports may come before or after the failure: the test looks
+    // for its event among the others. Nothing says when the watcher has
+    // subscribed, so a dump whose failure it did not see is tried again.
+    let watcher = Watcher::start(&d);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let event = loop {
+        let out = d.snapctl(&["--json", "dump"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err: Value = serde_json::from_slice(&out.stderr).expect("JSON error");
+        assert_eq!(err["code"], "ResourceExhausted", "{err}");
+        let msg = err["error"].as_str().unwrap();
+        assert!(
+            msg.contains("disk full") || msg.contains("No space"),
+            "{msg}"
+        );
+        assert!(leftovers(&snapshots).is_empty(), "{:?}", names(&snapshots));
+        assert_eq!(d.list().len(), 1);
+        if let Some(event) = watcher.wait_for("dump_failed", Duration::from_secs(2)) {
+            break event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dump_failed event in 30s:\n{}",
+            d.log_text()
+        );
+    };
     assert!(
         event["error"].as_str().unwrap().contains("disk full"),
         "{event}"

@@ -8,25 +8,33 @@
 //! peer is dropped with a log line. Handlers map failures to gRPC codes
 //! with messages meant for the operator reading them.
 
+mod connections;
+
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use flightrec_proto::v1 as pb;
 use flightrec_proto::{FlightRecorder, FlightRecorderServer};
-use nix::unistd::{Gid, Uid};
+use nix::unistd::{Gid, Group, Uid, User};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use connections::{ApiConnection, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, RateLimitedWarning};
+pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_limit};
+
 use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
-use crate::store::{RetentionPolicy, RewriteError, StoreError, validate_label};
+use crate::store::{
+    RetentionPolicy, RewriteError, SnapshotInfo, StoreError, retention, unix_ns, validate_label,
+};
 use crate::triggers::{Outcome, TriggerKind};
 
 /// Socket set-up failures, naming the socket.
@@ -161,75 +169,249 @@ pub fn admits(uid: u32, gid: u32, supplementary: &[u32], owner: u32, group: Opti
     uid == 0 || uid == owner || group.is_some_and(|g| gid == g || supplementary.contains(&g))
 }
 
-fn check_peer(stream: &UnixStream, group: Option<Gid>) -> Result<(), String> {
-    let cred = stream
-        .peer_cred()
-        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
-    let supplementary = cred
-        .pid()
-        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-        .map(|s| parse_groups(&s))
-        .unwrap_or_default();
+/// Whether the group database (now, not when the peer logged in) lists
+/// the user of `uid` in `group`: as its primary group or a member. A uid
+/// the database does not know is left to its process credentials.
+fn listed_in_group(uid: u32, group: Gid) -> bool {
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return true;
+    };
+    user.gid == group
+        || Group::from_gid(group)
+            .ok()
+            .flatten()
+            .is_some_and(|g| g.mem.contains(&user.name))
+}
+
+/// Checks `peer` against the current policy: the daemon's owner and the
+/// socket group as of now (a reload may have changed it). Besides its
+/// process credentials, a group member must still be listed in the group.
+pub fn check_peer(peer: &Peer, group: Option<Gid>) -> Result<(), String> {
     let owner = Uid::effective().as_raw();
-    let group = group.unwrap_or_else(Gid::effective).as_raw();
-    if admits(cred.uid(), cred.gid(), &supplementary, owner, Some(group)) {
+    let group = group.unwrap_or_else(Gid::effective);
+    if admits(
+        peer.uid,
+        peer.gid,
+        &peer.supplementary,
+        owner,
+        Some(group.as_raw()),
+    ) && (peer.uid == 0 || peer.uid == owner || listed_in_group(peer.uid, group))
+    {
         Ok(())
     } else {
         Err(format!(
-            "peer uid {} gid {} (pid {}) is neither root nor in group {group}",
-            cred.uid(),
-            cred.gid(),
-            cred.pid().map_or_else(|| "?".into(), |p| p.to_string())
+            "peer uid {} gid {} (pid {}) is neither root nor in group {}",
+            peer.uid,
+            peer.gid,
+            peer.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+            group.as_raw()
         ))
     }
 }
 
+/// The socket group in force now.
+fn current_group(state: &State) -> Option<Gid> {
+    state.current().group.as_ref().map(|g| g.1)
+}
+
+/// Every request is checked against the current policy, not only the
+/// connection at accept: a peer whose access was revoked (by a reload or
+/// in the group database) gets PERMISSION_DENIED on its open connection.
+fn authorize(state: &State, request: Request<()>) -> Result<Request<()>, Status> {
+    let Some(peer) = request.extensions().get::<Peer>() else {
+        return Err(Status::permission_denied(
+            "the connection carries no peer credentials",
+        ));
+    };
+    check_peer(peer, current_group(state)).map_err(|why| {
+        tracing::warn!("request refused: {why}");
+        Status::permission_denied(format!(
+            "{why} (access revoked since the connection opened?)"
+        ))
+    })?;
+    Ok(request)
+}
+
 /// Serves the API on `listener` until shutdown, admitting only peers that
-/// pass the credential check against the current socket group.
+/// pass the credential check against the current socket group, and at most
+/// as many connections as the descriptor limit leaves room for beside what
+/// dumps need.
 pub async fn serve(
     state: Arc<State>,
     listener: UnixListener,
+    connections: Arc<Connections>,
 ) -> Result<(), tonic::transport::Error> {
-    let (tx, rx) = mpsc::channel::<io::Result<UnixStream>>(16);
+    let (tx, rx) = mpsc::channel::<io::Result<ApiConnection>>(16);
     let mut stop = state.shutdown_signal();
     let admission = state.clone();
+    let registry = connections.clone();
     tokio::spawn(async move {
+        let fd_warning = RateLimitedWarning::new(Duration::from_secs(60));
+        let cap_warning = RateLimitedWarning::new(Duration::from_secs(60));
+        let mut failures: Option<u64> = None;
+        loop {
+            let accepted = tokio::select! {
+                _ = daemon::stopped(&mut stop) => break,
+                accepted = listener.accept() => accepted,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => {
+                    if let Some(n) = failures.take() {
+                        tracing::info!("accepting connections again after {n} failures");
+                    }
+                    stream
+                }
+                Err(e) => {
+                    *failures.get_or_insert(0) += 1;
+                    if let Some(held) = fd_warning.check(Instant::now()) {
+                        tracing::warn!(
+                            open = registry.open(),
+                            "accept failed: {e} ({held} more since the last warning; \
+                             repeated at most once a minute)"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let peer = match Peer::of(&stream) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!("connection refused: cannot read the peer's credentials: {e}");
+                    continue;
+                }
+            };
+            if let Err(why) = check_peer(&peer, current_group(&admission)) {
+                tracing::warn!("connection refused: {why}");
+                continue;
+            }
+            let (conn, evicted) = registry.admit(stream, peer);
+            if evicted && let Some(held) = cap_warning.check(Instant::now()) {
+                tracing::warn!(
+                    max = registry.limits().max,
+                    "too many API connections: the least recently active one was closed \
+                     ({held} more since the last warning; repeated at most once a minute)"
+                );
+            }
+            if tx.send(Ok(conn)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let reaper = connections.clone();
+    let mut stop_reaper = state.shutdown_signal();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = daemon::stopped(&mut stop) => break,
-                accepted = listener.accept() => match accepted {
-                    // The group as of now: a reload may have changed it.
-                    Ok((stream, _)) => match check_peer(
-                        &stream,
-                        admission.current().group.as_ref().map(|g| g.1),
-                    ) {
-                        Ok(()) => {
-                            if tx.send(Ok(stream)).await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(why) => tracing::warn!("connection refused: {why}"),
-                    },
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
+                _ = daemon::stopped(&mut stop_reaper) => break,
+                _ = tick.tick() => {}
+            }
+            let (handshake, idle) = reaper.reap();
+            if handshake + idle > 0 {
+                tracing::debug!(handshake, idle, "closed silent API connections");
             }
         }
     });
     let mut stop = state.shutdown_signal();
+    let check = state.clone();
+    let service = FlightRecorderServer::with_interceptor(
+        Api {
+            state,
+            watchers: Arc::new(AtomicUsize::new(0)),
+        },
+        move |request| authorize(&check, request),
+    );
     tonic::transport::Server::builder()
-        .add_service(FlightRecorderServer::new(Api { state }))
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .add_service(service)
         .serve_with_incoming_shutdown(ReceiverStream::new(rx), async move {
             daemon::stopped(&mut stop).await;
         })
         .await
 }
 
+/// The policy a `Rotate` applies: the configured one tightened by the
+/// request's limits, where 0 means "no limit" as in the config file;
+/// `delete_all` removes everything.
+pub fn rotate_policy(configured: RetentionPolicy, req: &pb::RotateRequest) -> RetentionPolicy {
+    if req.delete_all {
+        return RetentionPolicy {
+            max_snapshots: Some(0),
+            max_bytes: None,
+            max_age: None,
+        };
+    }
+    configured.tightened(RetentionPolicy::from_limits(
+        req.max_snapshots.unwrap_or(0),
+        req.max_bytes.unwrap_or(0),
+        Duration::from_secs(req.max_age_seconds.unwrap_or(0)),
+    ))
+}
+
+/// FAILED_PRECONDITION when `policy` would remove every one of `all`
+/// (at least one): that takes `delete_all`.
+pub fn refuse_removing_all(
+    all: &[SnapshotInfo],
+    policy: &RetentionPolicy,
+    now: SystemTime,
+) -> Result<(), Status> {
+    let entries: Vec<_> = all
+        .iter()
+        .map(|s| retention::Entry {
+            created_unix_ns: s.created_unix_ns,
+            bytes: s.bytes,
+        })
+        .collect();
+    let doomed = retention::plan(&entries, policy, unix_ns(now), None).len();
+    if doomed > 0 && doomed == all.len() {
+        return Err(Status::failed_precondition(format!(
+            "delete_all: this rotate would remove all {doomed} snapshots; set delete_all to \
+             confirm (snapctl rotate --all), or choose limits that keep some"
+        )));
+    }
+    Ok(())
+}
+
+/// Streams one connection may have open at once (HTTP/2
+/// SETTINGS_MAX_CONCURRENT_STREAMS): more wait in the client.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+/// Watch streams open at once, all connections together; beyond,
+/// RESOURCE_EXHAUSTED.
+pub const MAX_WATCHERS: usize = 64;
+
 /// The service implementation.
 pub struct Api {
     state: Arc<State>,
+    /// Watch streams open now.
+    watchers: Arc<AtomicUsize>,
+}
+
+/// One of [`MAX_WATCHERS`] places, given back when the stream ends.
+struct WatcherSlot(Arc<AtomicUsize>);
+
+impl WatcherSlot {
+    fn take(count: &Arc<AtomicUsize>) -> Result<Self, Status> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_WATCHERS).then_some(n + 1)
+            })
+            .map_err(|n| {
+                Status::resource_exhausted(format!(
+                    "watch: {n} Watch streams are open, the most flightrecd serves; \
+                     close one and try again"
+                ))
+            })?;
+        Ok(WatcherSlot(count.clone()))
+    }
+}
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn store_status(e: StoreError) -> Status {
@@ -294,6 +476,10 @@ impl FlightRecorder for Api {
         if self.state.is_shutting_down() {
             return Err(shutting_down());
         }
+        tracing::debug!(
+            label = label.as_deref().unwrap_or(""),
+            "dump requested over the API"
+        );
         let rx = self
             .state
             .request_dump(TriggerKind::Api, label, req.compress);
@@ -334,14 +520,17 @@ impl FlightRecorder for Api {
             cfg.max_bytes.bytes(),
             cfg.max_age.get(),
         );
-        let policy = configured.tightened(RetentionPolicy {
-            max_snapshots: req.max_snapshots,
-            max_bytes: req.max_bytes,
-            max_age: req.max_age_seconds.map(Duration::from_secs),
-        });
+        let policy = rotate_policy(configured, &req);
         let state = self.state.clone();
-        let (removed, kept) =
-            blocking(move || state.apply_retention(&policy, None).map_err(store_status)).await?;
+        let store = self.state.current().store.clone();
+        let (removed, kept) = blocking(move || {
+            if !req.delete_all {
+                let all = store.list().map_err(store_status)?;
+                refuse_removing_all(&all, &policy, SystemTime::now())?;
+            }
+            state.apply_retention(&policy, None).map_err(store_status)
+        })
+        .await?;
         Ok(Response::new(pb::RotateReply {
             removed: removed.iter().map(snapshot_pb).collect(),
             kept: kept.iter().map(snapshot_pb).collect(),
@@ -484,10 +673,12 @@ impl FlightRecorder for Api {
         if self.state.is_shutting_down() {
             return Err(shutting_down());
         }
+        let slot = WatcherSlot::take(&self.watchers)?;
         let mut events = self.state.events.subscribe();
         let mut stop = self.state.shutdown_signal();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
+            let _slot = slot;
             loop {
                 let event = tokio::select! {
                     _ = daemon::stopped(&mut stop) => break,
@@ -566,6 +757,66 @@ mod tests {
         });
         assert_eq!(s.code(), tonic::Code::Internal);
         assert!(s.message().contains("/s"));
+    }
+
+    fn snapshot(id: &str, created_unix_ns: i64, bytes: u64) -> SnapshotInfo {
+        SnapshotInfo {
+            id: id.into(),
+            path: format!("/s/{id}.perf.data").into(),
+            bytes,
+            compressed: false,
+            label: None,
+            trigger: "api".into(),
+            created_unix_ns,
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn rotate_limits_of_zero_mean_no_limit_as_in_the_config() {
+        let configured = RetentionPolicy::from_limits(10, 0, Duration::ZERO);
+        let zero = pb::RotateRequest {
+            max_snapshots: Some(0),
+            max_bytes: Some(0),
+            max_age_seconds: Some(0),
+            delete_all: false,
+        };
+        assert_eq!(rotate_policy(configured, &zero), configured);
+        let tighter = pb::RotateRequest {
+            max_snapshots: Some(3),
+            max_bytes: Some(1 << 20),
+            ..zero
+        };
+        let p = rotate_policy(configured, &tighter);
+        assert_eq!(p.max_snapshots, Some(3));
+        assert_eq!(p.max_bytes, Some(1 << 20));
+        assert_eq!(p.max_age, None);
+        let all = pb::RotateRequest {
+            delete_all: true,
+            ..zero
+        };
+        assert_eq!(rotate_policy(configured, &all).max_snapshots, Some(0));
+    }
+
+    #[test]
+    fn a_rotate_removing_every_snapshot_needs_delete_all() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let all = [snapshot("a", 1, 100), snapshot("b", 2, 100)];
+        let keep_one = RetentionPolicy::from_limits(1, 0, Duration::ZERO);
+        assert!(refuse_removing_all(&all, &keep_one, now).is_ok());
+        let tiny = RetentionPolicy::from_limits(0, 10, Duration::ZERO);
+        let err = refuse_removing_all(&all, &tiny, now).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.message()
+                .starts_with("delete_all: this rotate would remove all 2 snapshots"),
+            "{}",
+            err.message()
+        );
+        let old = RetentionPolicy::from_limits(0, 0, Duration::from_secs(1));
+        assert!(refuse_removing_all(&all, &old, now).is_err());
+        // Nothing to remove is not "everything".
+        assert!(refuse_removing_all(&[], &tiny, now).is_ok());
     }
 
     #[test]
