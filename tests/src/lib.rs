@@ -20,6 +20,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// A python3 script for the hostile-tracking test and benchmark: maps
+/// `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks
+/// `argv[2]` children that exit at once (or, with `argv[3]` = "stay", wait
+/// for stdin to close), prints "ready N" (N maps), then waits for stdin to
+/// close. It needs no privilege: tests run it as nobody.
+pub const FORK_STORM_PY: &str = r#"
+import mmap, os, sys
+fd = os.open(sys.executable, os.O_RDONLY)
+maps = [mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+        for _ in range(int(sys.argv[1]))]
+stay = sys.argv[3] == "stay"
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        if stay:
+            sys.stdin.read()
+        os._exit(0)
+    if not stay:
+        os.waitpid(pid, 0)
+print("ready", len(maps), flush=True)
+sys.stdin.read()
+"#;
+
 /// The profile directory of the running binary: `<target>/<profile>` for a
 /// test (`<target>/<profile>/deps/<test>`) or a binary of this package such
 /// as the benchmark harness (`<target>/<profile>/<bin>`).

@@ -12,34 +12,13 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, require_root};
+use flightrec_tests::{Daemon, FORK_STORM_PY, require_root};
 use serde_json::Value;
 
 const MAPS: usize = 2000;
 const FORKS: usize = 3000;
 /// Unprivileged: nobody.
 const NOBODY: u32 = 65534;
-
-/// Maps `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks
-/// `argv[2]` children that exit at once (or, with `argv[3]` = "stay", wait
-/// for stdin to close), prints "ready", then waits for stdin to close.
-const STORM: &str = r#"
-import mmap, os, sys
-fd = os.open(sys.executable, os.O_RDONLY)
-maps = [mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
-        for _ in range(int(sys.argv[1]))]
-stay = sys.argv[3] == "stay"
-for _ in range(int(sys.argv[2])):
-    pid = os.fork()
-    if pid == 0:
-        if stay:
-            sys.stdin.read()
-        os._exit(0)
-    if not stay:
-        os.waitpid(pid, 0)
-print("ready", len(maps), flush=True)
-sys.stdin.read()
-"#;
 
 fn python() -> &'static str {
     if std::path::Path::new("/usr/bin/python3").exists() {
@@ -72,7 +51,13 @@ impl Storm {
     fn run(maps: usize, forks: usize, children_stay: bool) -> Self {
         let stay = if children_stay { "stay" } else { "exit" };
         let mut child = Command::new(python())
-            .args(["-c", STORM, &maps.to_string(), &forks.to_string(), stay])
+            .args([
+                "-c",
+                FORK_STORM_PY,
+                &maps.to_string(),
+                &forks.to_string(),
+                stay,
+            ])
             .uid(NOBODY)
             .gid(NOBODY)
             .current_dir("/")

@@ -33,7 +33,8 @@ pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_li
 use crate::daemon::engine::EngineError;
 use crate::daemon::{self, DumpDone, DumpFailure, State, recorder, snapshot_pb, timings_pb};
 use crate::store::{
-    RetentionPolicy, RewriteError, SnapshotInfo, StoreError, retention, unix_ns, validate_label,
+    RetentionPolicy, RewriteError, SnapshotInfo, StoreError, retention, retention_entries, unix_ns,
+    validate_label,
 };
 use crate::triggers::{Outcome, TriggerKind};
 
@@ -358,13 +359,7 @@ pub fn refuse_removing_all(
     policy: &RetentionPolicy,
     now: SystemTime,
 ) -> Result<(), Status> {
-    let entries: Vec<_> = all
-        .iter()
-        .map(|s| retention::Entry {
-            created_unix_ns: s.created_unix_ns,
-            bytes: s.bytes,
-        })
-        .collect();
+    let entries = retention_entries(all);
     let doomed = retention::plan(&entries, policy, unix_ns(now), None).len();
     if doomed > 0 && doomed == all.len() {
         return Err(Status::failed_precondition(format!(

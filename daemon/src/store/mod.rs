@@ -186,6 +186,16 @@ fn read_compressed_flag(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// What retention weighs of each snapshot, in the same order.
+pub fn retention_entries(all: &[SnapshotInfo]) -> Vec<retention::Entry> {
+    all.iter()
+        .map(|s| retention::Entry {
+            created_unix_ns: s.created_unix_ns,
+            bytes: s.bytes,
+        })
+        .collect()
+}
+
 pub fn unix_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
@@ -531,13 +541,7 @@ impl Store {
         now: SystemTime,
     ) -> Result<(Vec<SnapshotInfo>, Vec<SnapshotInfo>), StoreError> {
         let all = self.list()?;
-        let entries: Vec<_> = all
-            .iter()
-            .map(|s| retention::Entry {
-                created_unix_ns: s.created_unix_ns,
-                bytes: s.bytes,
-            })
-            .collect();
+        let entries = retention_entries(&all);
         let protect = protect.and_then(|id| all.iter().position(|s| s.id == id));
         let doomed = retention::plan(&entries, policy, unix_ns(now), protect);
         let mut removed = Vec::new();

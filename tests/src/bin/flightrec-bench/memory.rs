@@ -20,22 +20,6 @@ const STORM_MAPS: usize = 2000;
 const STORM_FORKS: usize = 3000;
 const DUMPS: usize = 100;
 
-/// Maps `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks
-/// and exits `argv[2]` times, prints "ready", waits for stdin to close.
-const STORM: &str = r#"
-import mmap, os, sys
-fd = os.open(sys.executable, os.O_RDONLY)
-maps = [mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
-        for _ in range(int(sys.argv[1]))]
-for _ in range(int(sys.argv[2])):
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-print("ready", flush=True)
-sys.stdin.read()
-"#;
-
 /// Maps and unmaps one executable page `argv[1]` times: an MMAP2 record
 /// each, to fill the tracking log.
 const FILLER: &str = r#"
@@ -61,14 +45,21 @@ struct Storm(Child);
 
 impl Storm {
     fn run() -> Result<Self> {
-        let mut child = python(STORM, &[STORM_MAPS.to_string(), STORM_FORKS.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting the fork storm (python3 as nobody)")?;
+        let mut child = python(
+            flightrec_tests::FORK_STORM_PY,
+            &[
+                STORM_MAPS.to_string(),
+                STORM_FORKS.to_string(),
+                "exit".into(),
+            ],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the fork storm (python3 as nobody)")?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().context("storm stdout")?).read_line(&mut line)?;
-        if line.trim() != "ready" {
+        if line.trim() != format!("ready {STORM_MAPS}") {
             bail!("the fork storm failed: {line:?}");
         }
         Ok(Self(child))
