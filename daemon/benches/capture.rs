@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flightrecd::perf::event::EventSpec;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flightrecd::perf::event::EventSpec;
-use flightrecd::snapshot::HostInfo;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::HostInfo;
+use flightrecd::recorder::{Recorder, RecorderConfig};
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::{WriteOptions, write_perf_data};
 

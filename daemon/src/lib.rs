@@ -12,8 +12,10 @@
 
 pub mod abi;
 pub mod api;
+pub mod control;
 pub mod daemon;
 pub mod perf;
+pub mod recorder;
 pub mod ring;
 pub mod snapshot;
 pub mod store;

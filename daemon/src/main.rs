@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use flightrec_config::{DEFAULT_CONFIG_PATH, LoadedConfig};
-use flightrecd::daemon::{self, ConfigSource};
+use flightrecd::control::config::{ConfigSource, check_config};
+use flightrecd::daemon;
 
 /// flightrec daemon: keeps the recent past of the kernel in per-CPU perf
 /// rings and writes snapshots that `perf script -i` reads on demand
@@ -37,7 +38,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = args.check_config {
-        let checked = LoadedConfig::load(&path).and_then(|loaded| daemon::check_config(&loaded));
+        let checked = LoadedConfig::load(&path).and_then(|loaded| check_config(&loaded));
         return match checked {
             Ok(effective) => {
                 print!("{}", effective.to_toml());

@@ -11,8 +11,8 @@ use std::time::Duration;
 use flightrecd::abi::{get_u64, record_type, sample};
 use flightrecd::perf::event::EventSpec;
 use flightrecd::perf::layout::SampleLayout;
-use flightrecd::snapshot::CpuCapture;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::CpuCapture;
+use flightrecd::recorder::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 

@@ -2,7 +2,7 @@
 //! fails with a message naming the event and the reason. Needs root.
 
 use flightrecd::perf::event::EventSpec;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::{Recorder, RecorderConfig};
 
 mod common;
 use common::require_root;

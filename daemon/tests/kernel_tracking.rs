@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use flightrecd::perf::event::EventSpec;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::{Recorder, RecorderConfig};
 use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
 
 mod common;

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use flightrecd::abi::{RecordHeader, record_type};
 use flightrecd::perf::event::EventSpec;
-use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
+use flightrecd::recorder::{Capture, HostInfo};
+use flightrecd::recorder::{Recorder, RecorderConfig};
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
-use flightrecd::snapshot::{Capture, HostInfo};
 
 mod common;
 use common::require_root;

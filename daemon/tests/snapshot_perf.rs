@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use flightrecd::abi::{RecordHeader, record_type};
-use flightrecd::snapshot::HostInfo;
-use flightrecd::snapshot::host::tracepoints_of;
+use flightrecd::recorder::HostInfo;
+use flightrecd::recorder::host::tracepoints_of;
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
 

@@ -101,7 +101,7 @@ impl Peer {
         let supplementary = cred
             .pid()
             .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-            .map(|s| super::parse_groups(&s))
+            .map(|s| super::peer::parse_groups(&s))
             .unwrap_or_default();
         Ok(Peer {
             uid: cred.uid(),

@@ -1,8 +1,8 @@
 //! Feature sections of a perf.data file (tools/perf/util/header.c layouts,
 //! as PERFDATA.md lists them). Pure encoders: bytes out.
 
-use super::EventDescriptor;
-use super::host::{HostInfo, TracingSource};
+use crate::recorder::EventDescriptor;
+use crate::recorder::host::{HostInfo, TracingSource};
 
 /// Feature bits (`enum HEADER_FEAT`).
 pub mod bit {
@@ -162,7 +162,7 @@ pub fn tracing_data<'a>(
 mod tests {
     use super::*;
     use crate::abi::get_u32;
-    use crate::snapshot::host::TracepointFormat;
+    use crate::recorder::host::TracepointFormat;
 
     #[test]
     fn strings_are_padded_to_64_with_their_nul() {

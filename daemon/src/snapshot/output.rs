@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use memmap2::MmapMut;
 use thiserror::Error;
 
-use super::Capture;
-use super::host::{HostInfo, HostInfoError};
 use super::perfdata::{DataSummary, PerfData, PerfDataError, WriteOptions, write_perf_data};
 use super::reader::{ReadError, recompress_file};
+use crate::recorder::Capture;
+use crate::recorder::host::{HostInfo, HostInfoError};
 
 /// Snapshot files are readable by the owner's group (the operators).
 pub const FILE_MODE: u32 = 0o640;

@@ -27,9 +27,9 @@ use crate::abi::{
 
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
-use super::host::{HostInfo, format_id, tracepoints_of};
 use super::synth::{self, SampleId};
-use super::{Capture, EventDescriptor};
+use crate::recorder::host::{HostInfo, format_id, tracepoints_of};
+use crate::recorder::{Capture, EventDescriptor};
 
 /// Size of the PERFILE2 header.
 pub const FILE_HEADER_SIZE: usize = 104;

@@ -6,7 +6,7 @@
 
 use crate::abi::{EventAttr, RecordHeader, attr_flag, misc, record_type, sample};
 
-use super::{MapState, ProcessState};
+use crate::tracking::state::{MapState, ProcessState};
 
 /// `PERF_RECORD_MISC_MMAP_DATA`: a mapping without PROT_EXEC.
 const MISC_MMAP_DATA: u16 = 1 << 13;

@@ -5,9 +5,10 @@ use crate::abi::{
     EventAttr, HEADER_SIZE, RecordHeader, attr_flag, event_type, record_type, sample, sw_event,
 };
 
-use super::host::{HostInfo, TracepointFormat, TracingSource, format_id};
 use super::synth::{SampleId, push_sample_id};
-use super::{Capture, CpuCapture, EventDescriptor, MapState, ProcessState};
+use crate::recorder::host::{HostInfo, TracepointFormat, TracingSource, format_id};
+use crate::recorder::{Capture, CpuCapture, EventDescriptor};
+use crate::tracking::state::{MapState, ProcessState};
 
 /// `PERF_CONTEXT_KERNEL` marker in a call chain.
 pub const CONTEXT_KERNEL: u64 = (-128i64) as u64;

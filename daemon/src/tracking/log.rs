@@ -21,7 +21,7 @@ use super::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingL
 use super::record::{parse, record_time};
 use crate::ring::Corruption;
 use crate::ring::size_at_end::{SizeAtEndError, SizeAtEndRing};
-use crate::snapshot::ProcessState;
+use crate::tracking::state::ProcessState;
 
 /// How far out of time order the log may be (a drain round takes
 /// microseconds; this leaves room for a descheduled drain thread). Exited
@@ -328,7 +328,7 @@ mod checkpoint_tests {
     use super::super::process_table::TrackingLimits;
     use super::super::record::build;
     use super::*;
-    use crate::snapshot::MapState;
+    use crate::tracking::state::MapState;
 
     fn seeded() -> ProcessTable {
         let mut t = ProcessTable::default();

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::snapshot::MapState;
+use crate::tracking::state::MapState;
 
 /// Disjoint mappings sorted by start address.
 #[derive(Clone, Default, PartialEq, Eq)]

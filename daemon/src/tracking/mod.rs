@@ -5,6 +5,7 @@
 //! - [`maps`]: a process's mappings, shared between forks and snapshots.
 //! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
+//! - [`state`]: a thread and its mappings as the table knows them.
 
 pub mod drain;
 pub mod log;
@@ -12,3 +13,4 @@ pub mod maps;
 pub mod process_table;
 pub mod procfs;
 pub mod record;
+pub mod state;

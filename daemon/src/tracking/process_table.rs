@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::maps::Maps;
 use super::record::{Parsed, TrackingRecord};
-use crate::snapshot::ProcessState;
+use crate::tracking::state::ProcessState;
 
 /// Exited threads kept by default.
 pub const DEFAULT_MAX_EXITED: usize = 16_384;
@@ -329,7 +329,7 @@ impl ProcessTable {
 mod tests {
     use super::super::record::{build, parse};
     use super::*;
-    use crate::snapshot::MapState;
+    use crate::tracking::state::MapState;
 
     fn fold(table: &mut ProcessTable, records: &[Vec<u8>]) {
         for r in records {

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use super::process_table::ProcessTable;
-use crate::snapshot::{MapState, Maps, ProcessState};
+use crate::tracking::maps::Maps;
+use crate::tracking::state::{MapState, ProcessState};
 
 const PROT_READ: u32 = 1;
 const PROT_WRITE: u32 = 2;

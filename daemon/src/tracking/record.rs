@@ -4,7 +4,7 @@
 //! id = 32 bytes). Pure: bad bytes give `None`, never a panic.
 
 use crate::abi::{HEADER_SIZE, RecordHeader, get_u32, get_u64, misc, record_type};
-use crate::snapshot::MapState;
+use crate::tracking::state::MapState;
 
 /// Size of the `sample_id_all` trailer of tracking records.
 pub const SAMPLE_ID_SIZE: usize = 32;
@@ -167,7 +167,7 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
 /// expectations (the layout the kernel writes).
 pub mod build {
     use crate::abi::{RecordHeader, misc, record_type};
-    use crate::snapshot::MapState;
+    use crate::tracking::state::MapState;
 
     fn finish(type_: u32, misc: u16, mut body: Vec<u8>, pid: u32, tid: u32, time: u64) -> Vec<u8> {
         while !body.len().is_multiple_of(8) {

@@ -14,6 +14,8 @@
 //!   get one last dump at once (a caller asked for a snapshot); triggers
 //!   after that get [`Outcome::ShuttingDown`].
 
+pub mod signals;
+
 use std::future::Future;
 use std::time::Duration;
 

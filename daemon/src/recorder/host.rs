@@ -225,6 +225,20 @@ pub fn format_id(format: &[u8]) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// `_text` from /proc/kallsyms (`ffffffff81000000 T _text`); `None` when
+/// absent or hidden (kptr_restrict shows zeros).
+pub fn parse_kallsyms_text(kallsyms: &str) -> Option<u64> {
+    kallsyms.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let addr = f.next()?;
+        let _kind = f.next()?;
+        (f.next()? == "_text")
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
+            .filter(|&a| a != 0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +260,13 @@ mod tests {
             Some(372)
         );
         assert_eq!(format_id(b"name: x\nformat:\n"), None);
+    }
+
+    #[test]
+    fn kallsyms_text_is_found_and_zero_means_hidden() {
+        let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
+        assert_eq!(parse_kallsyms_text(k), Some(0xffff_ffff_8100_0000));
+        assert_eq!(parse_kallsyms_text("0000000000000000 T _text\n"), None);
+        assert_eq!(parse_kallsyms_text("ffffffff81000000 T _stext\n"), None);
     }
 }

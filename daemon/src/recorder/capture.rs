@@ -12,14 +12,16 @@
 //! over the log, and the process state at the window start from the newest
 //! checkpoint of the process table before it (tracking/log.rs).
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::{Capture, CpuCapture, EventDescriptor, Maps, ProcessState};
+use super::host::{HostInfo, HostInfoError, parse_kallsyms_text};
+use super::maps_needed::{keep_maps_of, processes_needing_maps};
+use super::start::{EventInfo, event_info};
+use super::{Capture, CpuCapture, EventDescriptor};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
 use crate::perf::layout::RecordLayouts;
@@ -33,7 +35,7 @@ use crate::tracking::drain::{DrainThread, Tracking};
 use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog, TrackingLogStatus};
 use crate::tracking::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
 use crate::tracking::procfs::seed_from_proc;
-use crate::tracking::record::{TrackingRecord, parse};
+use crate::tracking::state::ProcessState;
 
 /// What to record and how much of it to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +88,8 @@ pub enum CaptureError {
     TrackingWalk(#[source] Corruption),
     #[error("the capture of CPU {cpu} panicked")]
     CpuPanicked { cpu: u32 },
+    #[error("gathering host facts: {0}")]
+    Host(#[from] HostInfoError),
 }
 
 /// Per-CPU health.
@@ -131,22 +135,12 @@ pub struct Recorder {
     layouts: RecordLayouts,
     tracking: Arc<Mutex<Tracking>>,
     kernel_text: Option<u64>,
+    /// Host facts and tracepoint formats, gathered once at start: a
+    /// snapshot's writer then reads nothing from /sys or /proc.
+    host: Arc<HostInfo>,
+    event_info: Vec<EventInfo>,
     capture_lock: Mutex<()>,
     captures: AtomicU64,
-}
-
-/// `_text` from /proc/kallsyms (`ffffffff81000000 T _text`); `None` when
-/// absent or hidden (kptr_restrict shows zeros).
-pub fn parse_kallsyms_text(kallsyms: &str) -> Option<u64> {
-    kallsyms.lines().find_map(|line| {
-        let mut f = line.split_whitespace();
-        let addr = f.next()?;
-        let _kind = f.next()?;
-        (f.next()? == "_text")
-            .then(|| u64::from_str_radix(addr, 16).ok())
-            .flatten()
-            .filter(|&a| a != 0)
-    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -241,7 +235,10 @@ impl Recorder {
         let kernel_text = std::fs::read_to_string("/proc/kallsyms")
             .ok()
             .and_then(|k| parse_kallsyms_text(&k));
+        let host = Arc::new(HostInfo::gather_for(&events)?);
         Ok(Self {
+            host,
+            event_info: resolved.iter().map(event_info).collect(),
             drain: Some(drain),
             rings,
             events,
@@ -256,6 +253,16 @@ impl Recorder {
     /// Sample events (in config order), then the tracking event.
     pub fn events(&self) -> &[EventDescriptor] {
         &self.events
+    }
+
+    /// The configured events as opened, for `Status`.
+    pub fn event_info(&self) -> &[EventInfo] {
+        &self.event_info
+    }
+
+    /// The host facts snapshots of this recorder describe.
+    pub fn host(&self) -> Arc<HostInfo> {
+        Arc::clone(&self.host)
     }
 
     /// The CPUs recorded, ascending.
@@ -369,46 +376,6 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         // Stop the drain before the rings it polls are closed.
         self.drain.take();
-    }
-}
-
-/// The processes whose maps a snapshot needs: those with samples in the
-/// window, and the ancestors that forked them inside it (perf gives a
-/// forked child a copy of its parent's maps). Synthesizing the maps of the
-/// others would only amplify the snapshot: thousands of idle processes
-/// with thousands of maps each.
-pub fn processes_needing_maps(
-    cpus: &[CpuCapture],
-    layouts: &RecordLayouts,
-    tracking_records: &[u8],
-) -> HashSet<u32> {
-    let mut needed: HashSet<u32> = cpus
-        .iter()
-        .flat_map(|c| crate::ring::records(&c.records).map_while(Result::ok))
-        .filter_map(|(_, r)| layouts.sample_pid(r))
-        .collect();
-    let forks: Vec<(u32, u32)> = crate::ring::records(tracking_records)
-        .map_while(Result::ok)
-        .filter_map(|(_, r)| match parse(r)?.record {
-            TrackingRecord::Fork { pid, ppid, .. } if pid != ppid => Some((pid, ppid)),
-            _ => None,
-        })
-        .collect();
-    // Newest first, so a chain of forks inside the window reaches its root.
-    for &(pid, ppid) in forks.iter().rev() {
-        if needed.contains(&pid) {
-            needed.insert(ppid);
-        }
-    }
-    needed
-}
-
-/// Empties the maps of the processes not in `needed` (COMM stays for all).
-pub fn keep_maps_of(processes: &mut [ProcessState], needed: &HashSet<u32>) {
-    for p in processes {
-        if !needed.contains(&p.pid) {
-            p.maps = Maps::new();
-        }
     }
 }
 
@@ -550,69 +517,8 @@ mod tests {
     }
 
     #[test]
-    fn maps_are_kept_for_sampled_processes_and_the_ancestors_that_forked_them() {
-        use crate::abi::sample;
-        use crate::tracking::record::build;
-        let mut layouts = RecordLayouts::default();
-        layouts.insert(
-            5,
-            sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU,
-        );
-        // identifier, pid/tid, time, cpu: samples of pids 30 and 40.
-        let sample_of = |pid: u64| {
-            let mut r = sample(5, 100);
-            r[16..24].copy_from_slice(&(pid | (pid << 32)).to_le_bytes());
-            r
-        };
-        let cpus = vec![CpuCapture {
-            records: [sample_of(30), sample_of(40)].concat(),
-            ..CpuCapture::default()
-        }];
-        // 10 forks 20 forks 30 in the window; 50 forks 60 (no samples);
-        // 40 spawns a thread (pid == ppid).
-        let tracking = [
-            build::fork(20, 10, 20, 10, 1),
-            build::fork(30, 20, 30, 20, 2),
-            build::fork(60, 50, 60, 50, 3),
-            build::fork(40, 40, 41, 40, 4),
-        ]
-        .concat();
-        let needed = processes_needing_maps(&cpus, &layouts, &tracking);
-        let mut got: Vec<u32> = needed.iter().copied().collect();
-        got.sort_unstable();
-        assert_eq!(got, vec![10, 20, 30, 40]);
-
-        let map = crate::snapshot::MapState {
-            start: 0x1000,
-            len: 0x1000,
-            filename: "/x".into(),
-            ..Default::default()
-        };
-        let state = |pid: u32| ProcessState {
-            pid,
-            tid: pid,
-            comm: format!("p{pid}"),
-            maps: vec![map.clone()].into(),
-            ..ProcessState::default()
-        };
-        let mut processes = vec![state(10), state(50), state(40)];
-        keep_maps_of(&mut processes, &needed);
-        let kept: Vec<(u32, usize)> = processes.iter().map(|p| (p.pid, p.maps.len())).collect();
-        assert_eq!(kept, vec![(10, 1), (50, 0), (40, 1)]);
-        assert_eq!(processes[1].comm, "p50", "COMM stays for all");
-    }
-
-    #[test]
     fn recorder_is_shareable_across_threads() {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<Recorder>();
-    }
-
-    #[test]
-    fn kallsyms_text_is_found_and_zero_means_hidden() {
-        let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
-        assert_eq!(parse_kallsyms_text(k), Some(0xffff_ffff_8100_0000));
-        assert_eq!(parse_kallsyms_text("0000000000000000 T _text\n"), None);
-        assert_eq!(parse_kallsyms_text("ffffffff81000000 T _stext\n"), None);
     }
 }

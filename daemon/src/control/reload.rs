@@ -3,17 +3,35 @@
 
 use std::sync::Arc;
 
-use super::{
-    Current, State, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
-    start_engine, timing_of,
+use flightrec_config::ConfigError;
+
+use super::access::{SocketGroupError, set_socket_group};
+use super::config::{
+    OpenError, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
+    start_recorder, timing_of,
 };
-use crate::api;
-use crate::store::Store;
+use super::{Current, State};
+use crate::store::{Store, StoreError};
+
+/// Why a new config was not applied (the running one is kept).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Recorder(#[from] OpenError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    SocketGroup(#[from] SocketGroupError),
+    #[error("the reload thread failed: {0}")]
+    Thread(#[from] tokio::task::JoinError),
+}
 
 impl State {
     /// Re-reads the config (SIGHUP and `Reload`). A bad config is rejected
     /// and the running one kept. Returns (changed, summary).
-    pub async fn reload(self: &Arc<Self>) -> Result<(bool, String), String> {
+    pub async fn reload(self: &Arc<Self>) -> Result<(bool, String), ReloadError> {
         let _guard = self.reload_lock.lock().await;
         let result = self.reload_locked().await;
         match &result {
@@ -23,14 +41,11 @@ impl State {
         result
     }
 
-    async fn reload_locked(self: &Arc<Self>) -> Result<(bool, String), String> {
+    async fn reload_locked(self: &Arc<Self>) -> Result<(bool, String), ReloadError> {
         let source = self.source.clone();
-        let loaded = tokio::task::spawn_blocking(move || source.load())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        let group = resolve_group(&loaded).map_err(|e| e.to_string())?;
-        check_paths(&loaded).map_err(|e| e.to_string())?;
+        let loaded = tokio::task::spawn_blocking(move || source.load()).await??;
+        let group = resolve_group(&loaded)?;
+        check_paths(&loaded)?;
         let old = self.current();
         let (o, n) = (&old.config.config, &loaded.config);
         let mut changes = Vec::new();
@@ -42,33 +57,28 @@ impl State {
             changes.push("socket (at next restart)".to_string());
         }
         if group.as_ref().map(|g| g.1) != old.group.as_ref().map(|g| g.1) {
-            api::set_socket_group(&self.socket_path, group.as_ref().map(|g| g.1))
-                .map_err(|e| e.to_string())?;
+            set_socket_group(&self.socket_path, group.as_ref().map(|g| g.1))?;
             changes.push("socket_group".into());
         }
         let store = if o.daemon.output_dir != n.daemon.output_dir {
-            let (store, removed) =
-                Store::open(&n.daemon.output_dir, &host_name()).map_err(|e| e.to_string())?;
+            let (store, removed) = Store::open(&n.daemon.output_dir, &host_name())?;
             log_removed_temps(&removed);
             changes.push("output_dir".into());
             Arc::new(store)
         } else {
             old.store.clone()
         };
-        let engine = if o.buffers != n.buffers || o.events != n.events {
+        let recorder = if o.buffers != n.buffers || o.events != n.events {
             let l2 = loaded.clone();
-            let engine = tokio::task::spawn_blocking(move || start_engine(&l2))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            let recorder = tokio::task::spawn_blocking(move || start_recorder(&l2)).await??;
             changes.push("rings and events (recorder re-opened)".into());
-            engine
+            Arc::new(recorder)
         } else {
-            old.engine.clone()
+            old.recorder.clone()
         };
         let gid = group.as_ref().map(|g| g.1);
         if !Arc::ptr_eq(&store, &old.store) || gid != old.group.as_ref().map(|g| g.1) {
-            store.set_group(gid).map_err(|e| e.to_string())?;
+            store.set_group(gid)?;
         }
         if o.daemon.log_level != n.daemon.log_level {
             (self.set_log_level)(n.daemon.log_level.get_ref());
@@ -86,13 +96,12 @@ impl State {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Current {
             config: loaded,
             store,
-            engine,
+            recorder,
             group,
         });
         if retention_changed {
             let policy = retention_of(&self.current().config.config);
-            self.apply_retention(&policy, None)
-                .map_err(|e| e.to_string())?;
+            self.apply_retention(&policy, None)?;
         }
         let summary = if changed {
             format!("changed: {}", changes.join(", "))

@@ -1,17 +1,55 @@
-//! One dump: reserve a name, capture and write off the async threads,
-//! apply retention, tell the watchers.
+//! One dump: reserve a name, capture the rings, write the snapshot, apply
+//! retention, tell the watchers; all of it off the async threads.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
 use flightrec_config::Compression;
-use flightrec_proto::v1 as pb;
 
-use super::{DumpDone, DumpFailure, DumpResult, DumpTimings, State, retention_of, snapshot_pb};
+use super::config::retention_of;
+use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
 use crate::perf::sched::RealtimeDump;
+use crate::recorder::{CaptureError, Recorder};
+use crate::snapshot::output::{self, SnapshotError};
+use crate::snapshot::perfdata::WriteOptions;
 use crate::store::StoreError;
 use crate::triggers::DumpSpec;
+
+/// Why the capture-and-write step failed.
+#[derive(Debug, thiserror::Error)]
+enum WriteFailure {
+    #[error("capture failed: {0}")]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Write(#[from] SnapshotError),
+}
+
+/// Freezes the rings, copies them out and writes `dir/file_name`
+/// atomically; `compression` is a zstd level.
+fn capture_and_write(
+    recorder: &Recorder,
+    dir: &Path,
+    file_name: &str,
+    compression: Option<i32>,
+) -> Result<DumpOutput, WriteFailure> {
+    let started = Instant::now();
+    let capture = recorder.capture()?;
+    let capture_time = started.elapsed();
+    let opts = WriteOptions {
+        compression,
+        host: Some(recorder.host()),
+    };
+    let written = output::write_snapshot(&capture, &opts, dir, file_name)?;
+    Ok(DumpOutput {
+        bytes: written.bytes,
+        cpus: capture.cpus,
+        tracking_records: capture.tracking_record_count,
+        capture: capture_time,
+        write: written.elapsed,
+    })
+}
 
 impl State {
     /// One dump, run by the dump task: all of it (file system, capture,
@@ -49,9 +87,8 @@ impl State {
         let result = match reservation {
             Err(f) => Err(f),
             Ok(r) => {
-                let written = cur
-                    .engine
-                    .dump(cur.store.dir(), &r.file_name(), compression);
+                let written =
+                    capture_and_write(&cur.recorder, cur.store.dir(), &r.file_name(), compression);
                 if written.is_ok() {
                     cur.store.adopt(&r);
                 }
@@ -62,7 +99,8 @@ impl State {
                     },
                     Err(e) => {
                         cur.store.abandon(&r);
-                        Err(if e.is_disk_full() {
+                        let disk_full = matches!(&e, WriteFailure::Write(w) if w.is_disk_full());
+                        Err(if disk_full {
                             DumpFailure::DiskFull(format!(
                                 "disk full in {}: {e}; older snapshots are kept, free some \
                                  space (snapctl rotate) and dump again",
@@ -94,17 +132,13 @@ impl State {
                     bytes = snapshot.bytes,
                     trigger = %spec.trigger,
                     triggers = spec.triggers,
-                    records = output.cpus.iter().map(|c| c.records).sum::<u64>(),
+                    records = output.cpus.iter().map(|c| c.record_count).sum::<u64>(),
                     ms = timings.total.as_millis() as u64,
                     "snapshot written"
                 );
                 *self.last_dump.lock().unwrap_or_else(|p| p.into_inner()) = Some(timings);
                 self.dumps.fetch_add(1, Ordering::Relaxed);
-                self.publish(pb::watch_event::Kind::SnapshotCreated(
-                    pb::SnapshotCreated {
-                        snapshot: Some(snapshot_pb(&snapshot)),
-                    },
-                ));
+                self.publish(Event::SnapshotCreated(snapshot.clone()));
                 let policy = retention_of(&cur.config.config);
                 if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
                     tracing::error!("retention after the dump failed: {e}");
@@ -116,16 +150,10 @@ impl State {
                 }))
             }
             Err(f) => {
-                let msg = match &f {
-                    DumpFailure::DiskFull(m)
-                    | DumpFailure::InvalidLabel(m)
-                    | DumpFailure::Failed(m) => m.clone(),
-                    DumpFailure::ShuttingDown => "shutting down".into(),
-                };
-                tracing::error!(trigger = %spec.trigger, "dump failed: {msg}");
-                self.publish(pb::watch_event::Kind::DumpFailed(pb::DumpFailed {
-                    error: msg,
-                }));
+                tracing::error!(trigger = %spec.trigger, "dump failed: {f}");
+                self.publish(Event::DumpFailed {
+                    error: f.to_string(),
+                });
                 Err(f)
             }
         }

@@ -1,0 +1,198 @@
+//! Conversion between the control plane's types and the wire: replies and
+//! events to protobuf messages, typed errors to gRPC codes.
+
+use std::time::Duration;
+
+use flightrec_proto::v1 as pb;
+use tonic::Status;
+
+use crate::control::command::{CommandError, StatusReport};
+use crate::control::{DumpDone, DumpTimings, Event, Stamped};
+use crate::recorder::EventInfo;
+use crate::store::SnapshotInfo;
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+pub fn status_of(e: CommandError) -> Status {
+    let message = e.to_string();
+    match e {
+        CommandError::InvalidArgument { .. } => Status::invalid_argument(message),
+        CommandError::NotFound(_) => Status::not_found(message),
+        CommandError::FailedPrecondition(_) => Status::failed_precondition(message),
+        CommandError::ResourceExhausted(_) => Status::resource_exhausted(message),
+        CommandError::ShuttingDown => Status::unavailable(message),
+        CommandError::Internal(_) => Status::internal(message),
+    }
+}
+
+pub fn snapshot_pb(s: &SnapshotInfo) -> pb::Snapshot {
+    pb::Snapshot {
+        id: s.id.clone(),
+        path: s.path.display().to_string(),
+        bytes: s.bytes,
+        compressed: s.compressed,
+        label: s.label.clone().unwrap_or_default(),
+        trigger: s.trigger.clone(),
+        created_unix_ns: s.created_unix_ns,
+        seq: s.seq,
+    }
+}
+
+pub fn snapshots_pb(list: &[SnapshotInfo]) -> Vec<pb::Snapshot> {
+    list.iter().map(snapshot_pb).collect()
+}
+
+pub fn timings_pb(t: &DumpTimings) -> pb::DumpTimings {
+    pb::DumpTimings {
+        wait_ns: nanos(t.wait),
+        capture_ns: nanos(t.capture),
+        write_ns: nanos(t.write),
+        total_ns: nanos(t.total),
+        max_pause_ns: nanos(t.max_pause),
+    }
+}
+
+pub fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
+    pb::DumpReply {
+        snapshot: Some(snapshot_pb(&d.snapshot)),
+        cpus: d
+            .output
+            .cpus
+            .iter()
+            .map(|c| pb::CpuCapture {
+                cpu: c.cpu,
+                records: c.record_count,
+                bytes: c.records.len() as u64,
+                lost: c.lost_while_paused,
+                oldest_ns: c.oldest_ns.unwrap_or(0),
+                newest_ns: c.newest_ns.unwrap_or(0),
+                pause_ns: nanos(c.pause),
+                lost_since_start: c.lost_since_start,
+            })
+            .collect(),
+        timings: Some(timings_pb(&d.timings)),
+        tracking_records: d.output.tracking_records,
+        coalesced,
+    }
+}
+
+fn event_pb(e: EventInfo) -> pb::EventStatus {
+    pb::EventStatus {
+        name: e.name,
+        kind: e.kind,
+        sample_period: e.period,
+        sample_frequency: e.frequency,
+        callchain: e.callchain,
+        filter: e.filter,
+    }
+}
+
+pub fn status_reply(s: StatusReport) -> pb::StatusReply {
+    let r = &s.recorder;
+    let lost_tracking: u64 = r.cpus.iter().map(|c| c.lost_tracking_records).sum();
+    pb::StatusReply {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        uptime_ns: nanos(s.uptime),
+        config_path: s.config_path,
+        events: s.events.into_iter().map(event_pb).collect(),
+        ring_bytes_per_cpu: s.ring_bytes_per_cpu,
+        tracking_ring_bytes_per_cpu: s.tracking_ring_bytes_per_cpu,
+        cpus: r
+            .cpus
+            .iter()
+            .map(|c| pb::CpuStatus {
+                cpu: c.cpu,
+                lost_samples: c.lost_samples,
+                lost_tracking: c.lost_tracking_records,
+            })
+            .collect(),
+        tracking: Some(pb::TrackingStatus {
+            log_capacity_bytes: r.tracking_log.capacity,
+            log_used_bytes: r.tracking_log.used,
+            log_records: r.tracking_log.records,
+            evicted_records: r.tracking_log.evicted,
+            lost_records: lost_tracking,
+            processes: r.processes.threads as u64,
+            exited_threads: r.processes.exited_threads as u64,
+            max_exited_threads: r.tracking_limits.max_exited_threads as u64,
+            max_maps_per_process: r.tracking_limits.max_maps_per_process as u64,
+            exited_threads_dropped: r.tracking_dropped.exited_threads,
+            maps_dropped: r.tracking_dropped.maps,
+            checkpoints: r.tracking_log.checkpoints,
+            checkpoint_interval_bytes: s.checkpoint_interval_bytes,
+        }),
+        store: Some(pb::StoreStatus {
+            output_dir: s.output_dir.display().to_string(),
+            snapshots: s.usage.snapshots,
+            bytes: s.usage.bytes,
+            disk_free_bytes: s.usage.disk_free_bytes,
+        }),
+        last_dump: s.last_dump.as_ref().map(timings_pb),
+        dumps: s.dumps,
+    }
+}
+
+pub fn watch_event_pb(stamped: Stamped) -> pb::WatchEvent {
+    use pb::watch_event::Kind;
+    let kind = match stamped.event {
+        Event::SnapshotCreated(s) => Kind::SnapshotCreated(pb::SnapshotCreated {
+            snapshot: Some(snapshot_pb(&s)),
+        }),
+        Event::SnapshotRemoved { snapshot, reason } => Kind::SnapshotRemoved(pb::SnapshotRemoved {
+            snapshot: Some(snapshot_pb(&snapshot)),
+            reason: reason.into(),
+        }),
+        Event::DumpFailed { error } => Kind::DumpFailed(pb::DumpFailed { error }),
+        Event::Loss(l) => Kind::Loss(pb::LossDetected {
+            cpu: l.cpu,
+            ring: l.ring.into(),
+            lost: l.lost,
+            total: l.total,
+        }),
+    };
+    pb::WatchEvent {
+        unix_ns: stamped.unix_ns,
+        kind: Some(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_errors_map_to_grpc_codes_with_the_field_named() {
+        let s = status_of(CommandError::InvalidArgument {
+            field: "label",
+            message: "invalid label \"../x\": it starts with a dot".into(),
+        });
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            s.message(),
+            "label: invalid label \"../x\": it starts with a dot"
+        );
+        let cases = [
+            (CommandError::NotFound("x".into()), tonic::Code::NotFound),
+            (
+                CommandError::FailedPrecondition("x".into()),
+                tonic::Code::FailedPrecondition,
+            ),
+            (
+                CommandError::ResourceExhausted("x".into()),
+                tonic::Code::ResourceExhausted,
+            ),
+            (CommandError::ShuttingDown, tonic::Code::Unavailable),
+            (CommandError::Internal("x".into()), tonic::Code::Internal),
+        ];
+        for (e, code) in cases {
+            assert_eq!(status_of(e).code(), code);
+        }
+        assert_eq!(
+            status_of(CommandError::ShuttingDown).message(),
+            "flightrecd is shutting down"
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! What the control plane hands back: a dump's result, typed failures,
+//! and the events Watch streams. The API layer turns them into protobuf
+//! messages and gRPC codes; nothing here is a wire type.
+
+use std::time::Duration;
+
+use crate::recorder::CpuCapture;
+use crate::store::SnapshotInfo;
+
+/// A snapshot written to disk.
+#[derive(Debug, Clone, Default)]
+pub struct DumpOutput {
+    pub bytes: u64,
+    /// Each CPU's capture as written (its records go when the replies do).
+    pub cpus: Vec<CpuCapture>,
+    pub tracking_records: u64,
+    pub capture: Duration,
+    pub write: Duration,
+}
+
+/// Figures of one dump, for `Status` and the `Dump` reply.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DumpTimings {
+    pub wait: Duration,
+    pub capture: Duration,
+    pub write: Duration,
+    pub total: Duration,
+    pub max_pause: Duration,
+}
+
+/// A dump that produced a snapshot.
+#[derive(Debug, Clone)]
+pub struct DumpDone {
+    pub snapshot: SnapshotInfo,
+    pub output: DumpOutput,
+    pub timings: DumpTimings,
+}
+
+/// A dump that did not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DumpFailure {
+    #[error("{0}")]
+    DiskFull(String),
+    #[error("{0}")]
+    InvalidLabel(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error("shutting down")]
+    ShuttingDown,
+}
+
+pub type DumpResult = Result<std::sync::Arc<DumpDone>, DumpFailure>;
+
+/// What Watch streams, as it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    SnapshotCreated(SnapshotInfo),
+    SnapshotRemoved {
+        snapshot: SnapshotInfo,
+        reason: &'static str,
+    },
+    DumpFailed {
+        error: String,
+    },
+    Loss(Loss),
+}
+
+/// Records a ring lost since the last reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    pub cpu: u32,
+    /// "samples" or "tracking".
+    pub ring: &'static str,
+    pub lost: u64,
+    pub total: u64,
+}
+
+/// An [`Event`] and when it happened (Unix time, ns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamped {
+    pub unix_ns: i64,
+    pub event: Event,
+}

@@ -1,0 +1,195 @@
+//! The daemon: start-up, wiring and shutdown. `main.rs` parses the command
+//! line and calls [`run`], which opens the store and the recorder, binds
+//! the socket, starts the dump task, the loss watcher, the signal thread
+//! and the API server, and tears them down in order on SIGTERM/SIGINT.
+
+mod logging;
+mod notify;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flightrec_config::{ConfigError, LoadedConfig};
+
+use crate::api;
+use crate::control::config::{
+    ConfigSource, OpenError, check_paths, host_name, log_removed_temps, resolve_group,
+    start_recorder,
+};
+use crate::control::{self, Current, State};
+use crate::store::{Store, StoreError};
+use crate::triggers::TriggerKind;
+use crate::triggers::signals::{self, SignalRequest};
+pub use logging::init_logging;
+use notify::{notify, notify_reloading};
+
+/// How long connections get to finish after SIGTERM before they are cut.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Why the daemon could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Recorder(#[from] OpenError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Socket(#[from] api::socket::SocketError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("the recorder's start-up thread failed: {0}")]
+    StartThread(#[source] tokio::task::JoinError),
+    #[error("cannot start the signal thread: {0}")]
+    Signals(#[source] std::io::Error),
+    #[error("the gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+impl DaemonError {
+    /// 2 for a config problem (as `--check-config`; the unit's
+    /// RestartPreventExitStatus=2 relies on it), 1 otherwise. A directory
+    /// the config names that cannot be created is a config problem.
+    pub fn exit_code(&self) -> i32 {
+        use api::socket::SocketError;
+        match self {
+            DaemonError::Config(_)
+            | DaemonError::Recorder(OpenError::Config(_))
+            | DaemonError::Store(StoreError::CreateDir { .. })
+            | DaemonError::Socket(SocketError::NotASocket { .. } | SocketError::CreateDir { .. }) => {
+                2
+            }
+            _ => 1,
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `loaded` is the config already
+/// read by the caller.
+pub fn run(source: ConfigSource, loaded: LoadedConfig) -> Result<(), DaemonError> {
+    let set_log_level = init_logging(loaded.config.daemon.log_level.get_ref());
+    match &loaded.path {
+        Some(p) => tracing::info!(config = %p.display(), "config loaded"),
+        None => tracing::info!(
+            "no config file at {}; running on built-in defaults",
+            source.path.display()
+        ),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    rt.block_on(serve(source, loaded, set_log_level))
+}
+
+/// What the signal thread does with each request.
+fn on_signal(state: &Arc<State>, runtime: &tokio::runtime::Handle, request: SignalRequest) {
+    match request {
+        SignalRequest::Dump => {
+            tracing::debug!("SIGUSR2: dump requested");
+            // Nobody waits on a signal's dump; the log and Watch report it.
+            drop(state.request_dump(TriggerKind::Signal, None, false));
+        }
+        SignalRequest::Reload => {
+            let st = state.clone();
+            runtime.spawn(async move {
+                notify_reloading();
+                let _ = st.reload().await;
+                notify(sd_notify::NotifyState::Ready);
+            });
+        }
+        SignalRequest::Shutdown(name) => state.begin_shutdown(name),
+    }
+}
+
+async fn serve(
+    source: ConfigSource,
+    loaded: LoadedConfig,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+) -> Result<(), DaemonError> {
+    let group = resolve_group(&loaded)?;
+    check_paths(&loaded)?;
+    let cfg = &loaded.config;
+    let (store, removed) = Store::open(&cfg.daemon.output_dir, &host_name())?;
+    log_removed_temps(&removed);
+    store.set_group(group.as_ref().map(|g| g.1))?;
+    let socket_path = cfg.daemon.socket.clone();
+    // Refuse early if another daemon owns the socket, before opening rings.
+    api::socket::check_socket_free(&socket_path).await?;
+    let l2 = loaded.clone();
+    let recorder = tokio::task::spawn_blocking(move || start_recorder(&l2))
+        .await
+        .map_err(DaemonError::StartThread)??;
+    let events: Vec<&str> = recorder
+        .event_info()
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    tracing::info!(
+        events = %events.join(", "),
+        ring = %cfg.buffers.per_cpu.get_ref(),
+        output_dir = %cfg.daemon.output_dir.display(),
+        "recording"
+    );
+    let listener = api::socket::bind_socket(&socket_path, group.as_ref().map(|g| g.1)).await?;
+    // Idle clients must never take the descriptors a dump needs: raise the
+    // soft limit, then cap connections below it with a reserve for dumps.
+    let fd_limit = api::raise_fd_limit();
+    let limits = api::ConnectionLimits::from_fd_limit(fd_limit, api::open_fds());
+    tracing::debug!(fd_limit, max_connections = limits.max, "API connection cap");
+    let connections = api::Connections::new(limits);
+
+    let current = Current {
+        config: loaded,
+        store: Arc::new(store),
+        recorder: Arc::new(recorder),
+        group,
+    };
+    let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
+    let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
+    let loss_task = tokio::spawn(control::loss::watch_losses(state.clone()));
+    let signal_thread = {
+        let st = state.clone();
+        let runtime = tokio::runtime::Handle::current();
+        signals::spawn(move |request| on_signal(&st, &runtime, request))
+            .map_err(DaemonError::Signals)?
+    };
+
+    let server = api::serve(state.clone(), listener, connections);
+    tokio::pin!(server);
+    tracing::info!(socket = %socket_path.display(), "listening");
+    notify(sd_notify::NotifyState::Ready);
+
+    let mut stop = state.shutdown_signal();
+    let served = tokio::select! {
+        r = &mut server => Some(r),
+        _ = control::stopped(&mut stop) => None,
+    };
+    let server_done = match served {
+        Some(Err(e)) => return Err(DaemonError::Serve(e)),
+        Some(Ok(())) => true,
+        None => false,
+    };
+    notify(sd_notify::NotifyState::Stopping);
+    // The dump under way finishes (its callers get their answer) first.
+    if let Err(e) = dump_task.await {
+        tracing::error!("the dump task failed: {e}");
+    }
+    if !server_done {
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("server error while shutting down: {e}"),
+            Err(_) => tracing::info!(
+                "connections still open after {}s are closed",
+                SHUTDOWN_GRACE.as_secs()
+            ),
+        }
+    }
+    loss_task.abort();
+    drop(signal_thread);
+    api::socket::remove_socket(&socket_path);
+    tracing::info!("stopped");
+    Ok(())
+}

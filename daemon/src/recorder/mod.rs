@@ -1,0 +1,83 @@
+//! The recorder: the live per-CPU sample rings, the tracking drain and log,
+//! and the capture that freezes the rings and copies them out as a
+//! [`Capture`], the hand-off to the perf.data writer (`snapshot`).
+//!
+//! - [`start`]: the config's `[[event]]` tables resolved and checked against
+//!   the kernel, then [`Recorder::start`];
+//! - [`capture`]: the [`Recorder`] itself (open, freeze-copy-resume, status);
+//! - [`host`]: facts about the machine and the tracepoint formats, gathered
+//!   once at start so that writing a snapshot reads nothing from /proc;
+//! - [`maps_needed`]: which processes' maps a snapshot must carry.
+
+pub mod capture;
+pub mod host;
+pub mod maps_needed;
+pub mod start;
+
+use std::time::Duration;
+
+use crate::abi::EventAttr;
+use crate::tracking::state::ProcessState;
+
+pub use capture::{CaptureError, CpuStatus, Recorder, RecorderConfig, RecorderStatus};
+pub use host::HostInfo;
+pub use start::{EventInfo, StartError};
+
+/// One configured event as the kernel opened it: the attr passed to
+/// `perf_event_open`, the name as the user wrote it, and the kernel id
+/// (`PERF_EVENT_IOC_ID`) of each of its per-CPU fds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDescriptor {
+    /// As written in the config, e.g. `sched:sched_switch`; the tracking event
+    /// is named `dummy:tracking`... by the capture side.
+    pub name: String,
+    pub attr: EventAttr,
+    pub ids: Vec<u64>,
+    /// `(system, name)` for tracepoints: the TRACING_DATA feature needs them.
+    pub tracepoint: Option<(String, String)>,
+}
+
+/// The records one CPU's sample ring held when it was frozen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuCapture {
+    pub cpu: u32,
+    /// Intact records, verbatim, newest first (the order of a backward ring).
+    pub records: Vec<u8>,
+    pub record_count: u64,
+    /// Size of the ring's data area.
+    pub ring_bytes: u64,
+    /// Whether the ring had wrapped (overwritten its oldest records).
+    pub wrapped: bool,
+    /// Sample time of the oldest and newest records (perf clock, ns).
+    pub oldest_ns: Option<u64>,
+    pub newest_ns: Option<u64>,
+    /// Samples the kernel dropped while the ring was paused for this capture.
+    pub lost_while_paused: u64,
+    /// Samples lost on this CPU since the rings were opened.
+    pub lost_since_start: u64,
+    /// How long the ring stayed paused.
+    pub pause: Duration,
+    /// Set when the walk met a record header that cannot be right; the
+    /// records before it are still returned.
+    pub corruption: Option<String>,
+}
+
+/// Everything a snapshot holds, before it is written.
+#[derive(Debug, Clone, Default)]
+pub struct Capture {
+    /// Sample events then the tracking event.
+    pub events: Vec<EventDescriptor>,
+    pub cpus: Vec<CpuCapture>,
+    /// Process state at `window_start_ns`, to synthesize COMM/MMAP2 from.
+    pub processes: Vec<ProcessState>,
+    /// Kernel tracking records (COMM, FORK, EXIT, MMAP2...) inside the
+    /// window, verbatim, oldest first.
+    pub tracking_records: Vec<u8>,
+    pub tracking_record_count: u64,
+    /// Tracking records the kernel dropped since start.
+    pub tracking_lost: u64,
+    /// Oldest sample time over all CPUs.
+    pub window_start_ns: u64,
+    /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
+    pub kernel_text: Option<u64>,
+}
