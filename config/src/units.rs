@@ -237,4 +237,12 @@ mod tests {
                 .contains("\"soon\"")
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn sizes_round_trip(n in 0u64..(1 << 40), unit in 0usize..4) {
+            let size = ByteSize(n << (10 * unit));
+            proptest::prop_assert_eq!(ByteSize::parse(&size.to_string()), Ok(size));
+        }
+    }
 }

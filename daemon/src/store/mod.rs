@@ -16,24 +16,31 @@
 //! removing it (retention) take the same per-snapshot lock, so a removal
 //! never races a compression that would bring the file back.
 
+mod info;
+mod listing;
+mod lock;
 pub mod name;
+mod prune;
+mod reservation;
 pub mod retention;
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::{self, Read};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::unistd::Gid;
 
-use serde::{Deserialize, Serialize};
-
 use crate::snapshot::output;
 
+pub use info::SnapshotInfo;
+pub use listing::Usage;
 pub use name::{SnapshotName, validate_label};
+pub use prune::retention_entries;
+pub use reservation::Reservation;
 pub use retention::RetentionPolicy;
 
 /// Why a store operation failed, naming the file.
@@ -108,52 +115,6 @@ pub enum RewriteError<E> {
     Rewrite(E),
 }
 
-/// A snapshot as `List` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    pub id: String,
-    pub path: PathBuf,
-    pub bytes: u64,
-    pub compressed: bool,
-    pub label: Option<String>,
-    /// "api", "signal", ... or "unknown" when the sidecar is missing.
-    pub trigger: String,
-    pub created_unix_ns: i64,
-    pub seq: u64,
-}
-
-/// The sidecar `.<id>.meta`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Meta {
-    trigger: String,
-    created_unix_ns: i64,
-}
-
-/// A name handed out for a dump about to be written.
-#[derive(Debug, Clone)]
-pub struct Reservation {
-    pub name: SnapshotName,
-    pub trigger: String,
-    pub created_unix_ns: i64,
-}
-
-impl Reservation {
-    pub fn id(&self) -> String {
-        self.name.id()
-    }
-    pub fn file_name(&self) -> String {
-        self.name.file_name()
-    }
-}
-
-/// Totals for `Status`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    pub snapshots: u32,
-    pub bytes: u64,
-    pub disk_free_bytes: u64,
-}
-
 /// Temporary files: the writer's, named by [`output::temp_file_name`], and
 /// the sidecars' (`.<id>.meta.tmp-<pid>`): leftovers of a crash when no dump
 /// runs.
@@ -186,16 +147,6 @@ fn read_compressed_flag(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// What retention weighs of each snapshot, in the same order.
-pub fn retention_entries(all: &[SnapshotInfo]) -> Vec<retention::Entry> {
-    all.iter()
-        .map(|s| retention::Entry {
-            created_unix_ns: s.created_unix_ns,
-            bytes: s.bytes,
-        })
-        .collect()
-}
-
 pub fn unix_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
@@ -214,20 +165,6 @@ pub struct Store {
     /// Ids of snapshots being compressed or removed.
     busy: Mutex<HashSet<String>>,
     freed: Condvar,
-}
-
-/// Holds a snapshot's id in [`Store::busy`] until dropped.
-struct SnapshotLock<'a> {
-    store: &'a Store,
-    id: String,
-}
-
-impl Drop for SnapshotLock<'_> {
-    fn drop(&mut self) {
-        let mut busy = self.store.busy.lock().unwrap_or_else(|p| p.into_inner());
-        busy.remove(&self.id);
-        self.store.freed.notify_all();
-    }
 }
 
 /// Gives `path` to `gid` (ownership stays root's); failures are logged,
@@ -332,38 +269,6 @@ impl Store {
         Ok(())
     }
 
-    /// Waits until no one else compresses or removes snapshot `id`, and
-    /// keeps it that way until the lock is dropped.
-    fn lock_snapshot(&self, id: &str) -> SnapshotLock<'_> {
-        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        while busy.contains(id) {
-            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
-        }
-        busy.insert(id.to_string());
-        SnapshotLock {
-            store: self,
-            id: id.to_string(),
-        }
-    }
-
-    /// Runs `rewrite` on snapshot `id` (a compression replacing the file)
-    /// with the snapshot locked against removal, then gives the new file to
-    /// the socket group. Returns the snapshot before and after.
-    pub fn rewrite<E>(
-        &self,
-        id: &str,
-        rewrite: impl FnOnce(&SnapshotInfo) -> Result<(), E>,
-    ) -> Result<(SnapshotInfo, SnapshotInfo), RewriteError<E>> {
-        let n =
-            SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })?;
-        let _lock = self.lock_snapshot(&n.id());
-        let before = self.info_of(&n)?;
-        rewrite(&before).map_err(RewriteError::Rewrite)?;
-        give_to_group(&before.path, self.group());
-        let after = self.info_of(&n)?;
-        Ok((before, after))
-    }
-
     fn lock_seq(&self) -> std::sync::MutexGuard<'_, u64> {
         self.next_seq.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -389,201 +294,24 @@ impl Store {
         Ok(names)
     }
 
-    /// A fresh name for a dump, with its sidecar written (0640). The label is
-    /// validated here: this is the one door from a client's text to a path.
-    pub fn reserve(
-        &self,
-        label: Option<&str>,
-        trigger: &str,
-        now: SystemTime,
-    ) -> Result<Reservation, StoreError> {
-        if let Some(l) = label {
-            validate_label(l)?;
-        }
-        self.ensure_dir()?;
-        let created_unix_ns = unix_ns(now);
-        let seq = {
-            let mut next = self.lock_seq();
-            let s = *next;
-            *next = (s + 1) % 1_000_000;
-            s
-        };
-        let r = Reservation {
-            name: SnapshotName {
-                host: self.host.clone(),
-                unix_secs: created_unix_ns.div_euclid(1_000_000_000),
-                seq,
-                label: label.map(str::to_string),
-            },
-            trigger: trigger.to_string(),
-            created_unix_ns,
-        };
-        let meta = Meta {
-            trigger: r.trigger.clone(),
-            created_unix_ns,
-        };
-        let final_path = self.dir.join(meta_file_name(&r.id()));
-        let tmp = self.dir.join(format!(
-            "{}.tmp-{}",
-            meta_file_name(&r.id()),
-            std::process::id()
-        ));
-        let write = || -> io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o640)
-                .open(&tmp)?;
-            give_to_group(&tmp, self.group());
-            f.write_all(&serde_json::to_vec(&meta).map_err(io::Error::other)?)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &final_path)
-        };
-        write().map_err(|source| {
-            let _ = fs::remove_file(&tmp);
-            StoreError::WriteMeta {
-                path: final_path.clone(),
-                source,
-            }
-        })?;
-        Ok(r)
+    /// Where the sidecar of snapshot `id` is.
+    fn sidecar_path(&self, id: &str) -> PathBuf {
+        self.dir.join(meta_file_name(id))
     }
+}
 
-    /// Drops the sidecar of a reservation whose snapshot was not written.
-    pub fn abandon(&self, r: &Reservation) {
-        let _ = fs::remove_file(self.dir.join(meta_file_name(&r.id())));
-    }
-
-    fn info_of(&self, n: &SnapshotName) -> Result<SnapshotInfo, StoreError> {
-        let id = n.id();
-        let path = self.dir.join(n.file_name());
-        let md = fs::metadata(&path).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                StoreError::NotFound { id: id.clone() }
-            } else {
-                StoreError::Stat {
-                    path: path.clone(),
-                    source,
-                }
-            }
-        })?;
-        let meta: Option<Meta> = fs::read(self.dir.join(meta_file_name(&id)))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        Ok(SnapshotInfo {
-            bytes: md.len(),
-            compressed: read_compressed_flag(&path),
-            label: n.label.clone(),
-            trigger: meta
-                .as_ref()
-                .map_or_else(|| "unknown".to_string(), |m| m.trigger.clone()),
-            created_unix_ns: meta.map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
-                m.created_unix_ns
-            }),
-            seq: n.seq,
-            id,
-            path,
-        })
-    }
-
-    /// The snapshot with this id (as `List` gives it).
-    pub fn get(&self, id: &str) -> Result<SnapshotInfo, StoreError> {
-        let n =
-            SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })?;
-        self.info_of(&n)
-    }
-
-    /// Every snapshot, oldest first.
-    pub fn list(&self) -> Result<Vec<SnapshotInfo>, StoreError> {
-        let mut out = Vec::new();
-        for file in self.read_dir()? {
-            let Some(n) = SnapshotName::parse_file_name(&file) else {
-                continue;
-            };
-            match self.info_of(&n) {
-                Ok(i) => out.push(i),
-                // Removed between readdir and stat: not there any more.
-                Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        out.sort_by(|a, b| {
-            (a.created_unix_ns, a.seq, &a.id).cmp(&(b.created_unix_ns, b.seq, &b.id))
-        });
-        Ok(out)
-    }
-
-    /// Removes a snapshot and its sidecar, waiting for a compression of it
-    /// to finish. A snapshot already gone is not an error.
-    pub fn remove(&self, info: &SnapshotInfo) -> Result<(), StoreError> {
-        let _lock = self.lock_snapshot(&info.id);
-        match fs::remove_file(&info.path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(StoreError::Remove {
-                    path: info.path.clone(),
-                    source,
-                });
-            }
-        }
-        let _ = fs::remove_file(self.dir.join(meta_file_name(&info.id)));
-        Ok(())
-    }
-
-    /// Applies `policy` now; `protect` is the id of a snapshot just written.
-    /// Returns (removed, kept), each oldest first.
-    pub fn apply_retention(
-        &self,
-        policy: &RetentionPolicy,
-        protect: Option<&str>,
-        now: SystemTime,
-    ) -> Result<(Vec<SnapshotInfo>, Vec<SnapshotInfo>), StoreError> {
-        let all = self.list()?;
-        let entries = retention_entries(&all);
-        let protect = protect.and_then(|id| all.iter().position(|s| s.id == id));
-        let doomed = retention::plan(&entries, policy, unix_ns(now), protect);
-        let mut removed = Vec::new();
-        let mut kept = Vec::new();
-        for (i, s) in all.into_iter().enumerate() {
-            if doomed.contains(&i) {
-                self.remove(&s)?;
-                removed.push(s);
-            } else {
-                kept.push(s);
-            }
-        }
-        Ok((removed, kept))
-    }
-
-    pub fn usage(&self) -> Result<Usage, StoreError> {
-        let list = self.list()?;
-        // A directory removed behind our back: the free space where the
-        // next dump will create it.
-        let existing = self
-            .dir
-            .ancestors()
-            .find(|p| p.is_dir())
-            .unwrap_or(Path::new("/"));
-        let vfs = nix::sys::statvfs::statvfs(existing).map_err(|source| StoreError::DiskFree {
-            path: self.dir.clone(),
-            source,
-        })?;
-        Ok(Usage {
-            snapshots: u32::try_from(list.len()).unwrap_or(u32::MAX),
-            bytes: list.iter().map(|s| s.bytes).sum(),
-            disk_free_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
-        })
-    }
+/// The name in a snapshot id a client gave.
+fn parse_id(id: &str) -> Result<SnapshotName, StoreError> {
+    SnapshotName::parse_id(id).ok_or_else(|| StoreError::InvalidId { id: id.into() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
-    fn header(compressed: bool) -> Vec<u8> {
+    /// A perf.data header with or without the COMPRESSED feature bit.
+    pub(super) fn header(compressed: bool) -> Vec<u8> {
         let mut h = vec![0u8; 104];
         h[..8].copy_from_slice(b"PERFILE2");
         h[0x48] = 1 << 3; // HOSTNAME... bit 3
@@ -670,34 +398,6 @@ mod tests {
     }
 
     #[test]
-    fn retention_removes_oldest_files_and_sidecars() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), "h").unwrap();
-        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let ids: Vec<String> = (0..4)
-            .map(|i| {
-                let r = store
-                    .reserve(None, "api", t0 + Duration::from_secs(i))
-                    .unwrap();
-                fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
-                r.id()
-            })
-            .collect();
-        let policy = RetentionPolicy::from_limits(2, 0, Duration::ZERO);
-        let (removed, kept) = store
-            .apply_retention(&policy, Some(&ids[3]), t0 + Duration::from_secs(10))
-            .unwrap();
-        let names = |v: &[SnapshotInfo]| v.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
-        assert_eq!(names(&removed), ids[..2].to_vec());
-        assert_eq!(names(&kept), ids[2..].to_vec());
-        assert!(!dir.path().join(format!(".{}.meta", ids[0])).exists());
-        let u = store.usage().unwrap();
-        assert_eq!(u.snapshots, 2);
-        assert_eq!(u.bytes, 208);
-        assert!(u.disk_free_bytes > 0);
-    }
-
-    #[test]
     fn sidecar_temp_files_left_by_a_kill_are_removed_at_start() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -716,84 +416,5 @@ mod tests {
         assert_eq!(removed, vec![d.join(&tmp)]);
         assert!(!d.join(&tmp).exists());
         assert!(d.join(format!(".{}.meta", r.id())).exists());
-    }
-
-    #[test]
-    fn a_removed_directory_is_created_again_by_the_next_reservation() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().join("snaps");
-        let (store, _) = Store::open(&d, "h").unwrap();
-        fs::remove_dir_all(&d).unwrap();
-        assert_eq!(store.list().unwrap(), vec![]);
-        let u = store.usage().unwrap();
-        assert_eq!((u.snapshots, u.bytes), (0, 0));
-        assert!(u.disk_free_bytes > 0);
-        let r = store.reserve(None, "api", SystemTime::now()).unwrap();
-        let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(mode, 0o750);
-        assert!(d.join(format!(".{}.meta", r.id())).exists());
-    }
-
-    #[test]
-    fn a_removal_waits_for_a_compression_of_the_same_snapshot() {
-        use std::sync::mpsc;
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let (store, _) = Store::open(d, "h").unwrap();
-        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let ids: Vec<Reservation> = (0..2)
-            .map(|i| {
-                let r = store
-                    .reserve(None, "api", t0 + Duration::from_secs(i))
-                    .unwrap();
-                fs::write(d.join(r.file_name()), header(false)).unwrap();
-                r
-            })
-            .collect();
-        let oldest = ids[0].id();
-        let (started_tx, started_rx) = mpsc::channel();
-        let (rotated_tx, rotated_rx) = mpsc::channel();
-        std::thread::scope(|s| {
-            let store = &store;
-            s.spawn(move || {
-                store
-                    .rewrite(&oldest, |before| {
-                        started_tx.send(()).unwrap();
-                        // Without the lock, retention removes the snapshot
-                        // now; the compression's rename would then bring it
-                        // back without its sidecar.
-                        let _ = rotated_rx.recv_timeout(Duration::from_millis(500));
-                        let tmp = before.path.with_extension("tmp");
-                        fs::write(&tmp, header(true))?;
-                        fs::rename(&tmp, &before.path)
-                    })
-                    .unwrap();
-            });
-            started_rx.recv().unwrap();
-            let policy = RetentionPolicy::from_limits(1, 0, Duration::ZERO);
-            let (removed, _) = store.apply_retention(&policy, None, t0).unwrap();
-            rotated_tx.send(()).ok();
-            assert_eq!(removed.len(), 1);
-        });
-        let id = ids[0].id();
-        assert!(!d.join(ids[0].file_name()).exists(), "{id} came back");
-        assert!(!d.join(format!(".{id}.meta")).exists());
-        assert_eq!(store.list().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn a_huge_label_or_id_is_cut_in_the_error() {
-        let label = "a".repeat(100_000);
-        let msg = validate_label(&label).unwrap_err().to_string();
-        assert!(msg.len() < 300, "{} bytes", msg.len());
-        assert!(
-            msg.ends_with("(100000 bytes): it is 100000 characters long, at most 64 are allowed"),
-            "{msg}"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), "h").unwrap();
-        let msg = store.get(&"x".repeat(100_000)).unwrap_err().to_string();
-        assert!(msg.len() < 300, "{} bytes", msg.len());
     }
 }

@@ -1,4 +1,4 @@
-//! What /proc says about a recorder process: CPU time and peak RSS.
+//! What /proc says about a recorder process: CPU time and RSS.
 
 use anyhow::{Context, Result};
 
@@ -20,20 +20,71 @@ pub fn cpu_seconds(pid: u32) -> Result<f64> {
 
 /// Peak resident set size (VmHWM), in bytes.
 pub fn peak_rss_bytes(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    let kib: u64 = status
+    Ok(status_kib(&read_status(pid)?, "VmHWM")? * 1024)
+}
+
+/// (VmRSS, VmHWM) in MiB.
+pub fn rss_mib(pid: u32) -> Result<(f64, f64)> {
+    let status = read_status(pid)?;
+    let mib = |field| -> Result<f64> { Ok(status_kib(&status, field)? as f64 / 1024.0) };
+    Ok((mib("VmRSS")?, mib("VmHWM")?))
+}
+
+/// Resets VmHWM to the current RSS (clear_refs 5).
+pub fn reset_peak_rss(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").context("resetting VmHWM")
+}
+
+fn read_status(pid: u32) -> Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))
+}
+
+/// The value of a `Name:   1234 kB` line of /proc/<pid>/status, in KiB.
+fn status_kib(status: &str, name: &str) -> Result<u64> {
+    let value = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .context("no VmHWM")?
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .with_context(|| format!("no {name} in /proc/<pid>/status"))?;
+    value
         .trim()
         .trim_end_matches("kB")
         .trim()
-        .parse()?;
-    Ok(kib * 1024)
+        .parse()
+        .with_context(|| format!("{name}: {value:?} is not a size in kB"))
 }
 
 /// USER_HZ: 100 on every Linux architecture flightrec runs on.
 fn clock_ticks_per_second() -> f64 {
     100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_read_in_kib() {
+        let status = "Name:\tflightrecd\nVmHWMx:\t1 kB\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n";
+        assert_eq!(status_kib(status, "VmHWM").unwrap(), 20480);
+        assert_eq!(status_kib(status, "VmRSS").unwrap(), 10240);
+        assert_eq!(
+            status_kib(status, "VmSwap").unwrap_err().to_string(),
+            "no VmSwap in /proc/<pid>/status"
+        );
+        assert_eq!(
+            status_kib(status, "Name").unwrap_err().to_string(),
+            "Name: \"\\tflightrecd\" is not a size in kB"
+        );
+    }
+
+    #[test]
+    fn this_process_has_a_resident_set() {
+        let (rss, peak) = rss_mib(std::process::id()).unwrap();
+        assert!(
+            rss > 0.0 && peak >= rss,
+            "VmRSS {rss} MiB, VmHWM {peak} MiB"
+        );
+        assert!(peak_rss_bytes(std::process::id()).unwrap() as f64 >= peak * 1024.0 * 1024.0);
+    }
 }

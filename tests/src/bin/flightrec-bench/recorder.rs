@@ -59,6 +59,18 @@ pub struct Setup {
     pub compression: Option<i32>,
 }
 
+impl Setup {
+    /// sched_switch and cpu-clock, `ring` bytes per CPU, no compression:
+    /// what most scenarios record.
+    pub fn switch_and_clock(ring: u64) -> Self {
+        Self {
+            events: EventSet::SwitchAndClock,
+            ring_bytes_per_cpu: ring,
+            compression: None,
+        }
+    }
+}
+
 /// A running recorder.
 pub struct Recorder {
     pub kind: Kind,
@@ -88,6 +100,16 @@ pub struct Triggered {
     pub elapsed: Duration,
     /// The daemon's JSON reply, for `snapctl dump` triggers.
     pub reply: Option<serde_json::Value>,
+}
+
+impl Triggered {
+    /// The daemon's capture time (`timings.capture_ns` of a `snapctl dump`
+    /// reply).
+    pub fn capture_ns(&self) -> Result<u64> {
+        self.reply.as_ref().context("no dump reply")?["timings"]["capture_ns"]
+            .as_u64()
+            .context("the dump reply has no timings.capture_ns")
+    }
 }
 
 impl Recorder {

@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::recorder::{EventSet, Kind, Recorder, Setup};
-use super::stats::{Summary, ratio};
-use super::workload::BackgroundLoad;
-use super::{Args, MIB, Row, Section, alternate, fill_time, show};
+use super::{alternate, wrap_rings_under_load};
+use crate::MIB;
+use crate::cli::Args;
+use crate::procfs::{reset_peak_rss, rss_mib};
+use crate::recorder::{Kind, Recorder, Setup};
+use crate::report::{Row, Section, show};
+use crate::stats::{Summary, ratio};
 
 /// nobody: the storm needs no privilege.
 const NOBODY: u32 = 65534;
@@ -74,39 +77,11 @@ impl Drop for Storm {
     }
 }
 
-/// (VmRSS, VmHWM) in MiB.
-fn rss_mib(pid: u32) -> Result<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Result<f64> {
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .with_context(|| format!("no {name}"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()?;
-        Ok(kib / 1024.0)
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
-}
-
-/// Resets VmHWM to the current RSS (clear_refs 5).
-fn reset_peak(pid: u32) -> Result<()> {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").context("resetting VmHWM")
-}
-
 fn dump(recorder: &mut Recorder) -> Result<Option<f64>> {
     Ok(match recorder.kind {
         Kind::Flightrec => {
             let shot = recorder.trigger_snapctl(false)?;
-            let reply = shot.reply.context("dump reply")?;
-            Some(
-                reply["timings"]["capture_ns"]
-                    .as_u64()
-                    .context("no timings.capture_ns")? as f64
-                    / 1e6,
-            )
+            Some(shot.capture_ns()? as f64 / 1e6)
         }
         Kind::Perf => {
             let shot = recorder.trigger_signal()?;
@@ -131,11 +106,7 @@ struct Figures {
 /// RSS idle, after 100 dumps, after the storm and across the dump after it.
 pub fn memory(args: &Args) -> Result<Section> {
     let ring = 4 * MIB;
-    let setup = Setup {
-        events: EventSet::SwitchAndClock,
-        ring_bytes_per_cpu: ring,
-        compression: None,
-    };
+    let setup = Setup::switch_and_clock(ring);
     let mut figures: [Figures; 2] = Default::default();
     for run in 0..args.runs {
         for &kind in alternate(run, &[Kind::Flightrec, Kind::Perf]) {
@@ -144,7 +115,7 @@ pub fn memory(args: &Args) -> Result<Section> {
             let pid = recorder.pid();
             std::thread::sleep(Duration::from_secs(2));
             f.idle.push(rss_mib(pid)?.0);
-            reset_peak(pid)?;
+            reset_peak_rss(pid)?;
             for _ in 0..DUMPS {
                 dump(&mut recorder)?;
             }
@@ -158,11 +129,10 @@ pub fn memory(args: &Args) -> Result<Section> {
             f.after_storm.push(after_storm);
             // Move the sample rings past the storm, so the dump's window
             // starts after it and has to rebuild the state it left.
-            let load = BackgroundLoad::start()?;
-            std::thread::sleep(fill_time(ring));
+            let load = wrap_rings_under_load(ring)?;
             drop(load);
             let (before, _) = rss_mib(pid)?;
-            reset_peak(pid)?;
+            reset_peak_rss(pid)?;
             if let Some(ms) = dump(&mut recorder)? {
                 f.storm_dump_capture_ms.push(ms);
             }
@@ -247,11 +217,7 @@ fn fill_log(recorder: &Recorder, done: &dyn Fn(&serde_json::Value) -> bool) -> R
 /// Capture time with the tracking log empty (fresh), half and full.
 pub fn dump_vs_log_fill(args: &Args) -> Result<Section> {
     let ring = 256 * 1024;
-    let setup = Setup {
-        events: EventSet::SwitchAndClock,
-        ring_bytes_per_cpu: ring,
-        compression: None,
-    };
+    let setup = Setup::switch_and_clock(ring);
     type Fill = (&'static str, fn(&serde_json::Value) -> bool);
     let levels: [Fill; 3] = [
         ("empty (fresh daemon)", |_| true),
@@ -277,8 +243,7 @@ pub fn dump_vs_log_fill(args: &Args) -> Result<Section> {
             );
             // The window starts after the fill: what a dump costs besides
             // its own window.
-            let load = BackgroundLoad::start()?;
-            std::thread::sleep(fill_time(ring));
+            let load = wrap_rings_under_load(ring)?;
             for _ in 0..5 {
                 if let Some(ms) = dump(&mut recorder)? {
                     capture_ms.push(ms);

@@ -1,0 +1,317 @@
+//! The TOML schema: one type per section, each key's default, and the
+//! config printed back as TOML.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::units::{ByteSize, HumanDuration};
+
+/// Where the daemon looks for its config when not told otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/flightrec/flightrec.toml";
+/// Where the daemon listens and `snapctl` connects by default.
+pub const DEFAULT_SOCKET: &str = "/run/flightrec/flightrecd.sock";
+/// The group given access to the socket by default.
+pub const DEFAULT_SOCKET_GROUP: &str = "flightrec";
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub buffers: BuffersConfig,
+    pub snapshot: SnapshotConfig,
+    pub retention: RetentionConfig,
+    pub tracking: TrackingConfig,
+    /// `[[event]]` tables; a file that has none records the default events.
+    #[serde(rename = "event")]
+    pub events: Vec<Spanned<EventConfig>>,
+}
+
+/// `[daemon]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    pub socket: PathBuf,
+    /// Group owning the socket (mode 0660) and the snapshots. The default
+    /// group may be absent (the socket then stays root's); a group written
+    /// in the file must exist; `""` means no group.
+    pub socket_group: Option<Spanned<String>>,
+    pub output_dir: PathBuf,
+    pub log_level: Spanned<String>,
+}
+
+/// `[buffers]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuffersConfig {
+    /// Sample ring per CPU (a power of two, at least one page).
+    pub per_cpu: Spanned<ByteSize>,
+    /// Tracking ring per CPU (a power of two, at least one page).
+    pub tracking: Spanned<ByteSize>,
+    /// The daemon's user-space log of tracking records.
+    pub tracking_log: Spanned<ByteSize>,
+}
+
+/// One `[[event]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventConfig {
+    /// `system:tracepoint` or a software/hardware event name (`cpu-clock`).
+    pub name: Spanned<String>,
+    /// Samples per second (only one of frequency and period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency: Option<Spanned<u64>>,
+    /// One sample every N events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub callchain: bool,
+    /// Tracepoint filter in ftrace syntax, e.g. `prev_pid != 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+}
+
+/// `compression` in `[snapshot]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    Zstd,
+    None,
+}
+
+/// `[snapshot]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotConfig {
+    pub compression: Compression,
+    /// zstd level, 1..=22.
+    pub level: Spanned<i32>,
+    /// At most one dump per this interval; triggers inside it wait for the
+    /// next slot and are coalesced into one dump.
+    pub min_interval: HumanDuration,
+    /// Keep recording this long after a trigger before freezing the rings.
+    pub post_trigger_delay: Spanned<HumanDuration>,
+    /// SCHED_FIFO priority of the threads that run a dump or a compression
+    /// (0 = normal priority), so a loaded machine does not starve them.
+    pub realtime_priority: Spanned<u8>,
+}
+
+/// `[retention]`: zero disables a limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    pub max_snapshots: u32,
+    pub max_bytes: ByteSize,
+    pub max_age: HumanDuration,
+}
+
+/// `[tracking]`: the bounds of the daemon's process table (what the
+/// tracking log's records describe), so its memory is bounded whatever
+/// processes do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrackingConfig {
+    /// Exited threads kept for windows that start before their exit
+    /// (oldest exit dropped first); they also age out with the log.
+    pub max_exited_threads: Spanned<u64>,
+    /// Executable maps kept per process; further maps are refused.
+    pub max_maps_per_process: Spanned<u64>,
+    /// Records between checkpoints of the process table: a dump folds at
+    /// most this much of the log besides its own window.
+    pub checkpoint_interval: Spanned<ByteSize>,
+}
+
+impl Default for TrackingConfig {
+    fn default() -> Self {
+        Self {
+            max_exited_threads: unspanned(16_384),
+            max_maps_per_process: unspanned(16_384),
+            checkpoint_interval: unspanned(ByteSize::kib(512)),
+        }
+    }
+}
+
+/// A value that came from a default, not from a file: it has no position.
+fn unspanned<T>(value: T) -> Spanned<T> {
+    Spanned::new(0..0, value)
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            socket: DEFAULT_SOCKET.into(),
+            socket_group: Some(unspanned(DEFAULT_SOCKET_GROUP.to_string())),
+            output_dir: "/var/lib/flightrec/snapshots".into(),
+            log_level: unspanned("info".to_string()),
+        }
+    }
+}
+
+impl Default for BuffersConfig {
+    fn default() -> Self {
+        Self {
+            per_cpu: unspanned(ByteSize::mib(4)),
+            tracking: unspanned(ByteSize::kib(512)),
+            tracking_log: unspanned(ByteSize::mib(64)),
+        }
+    }
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        Self {
+            compression: Compression::Zstd,
+            level: unspanned(3),
+            min_interval: HumanDuration::secs(1),
+            post_trigger_delay: unspanned(HumanDuration::secs(0)),
+            realtime_priority: unspanned(1),
+        }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            max_snapshots: 32,
+            max_bytes: ByteSize::gib(4),
+            max_age: HumanDuration::secs(7 * 86400),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            daemon: DaemonConfig::default(),
+            buffers: BuffersConfig::default(),
+            snapshot: SnapshotConfig::default(),
+            retention: RetentionConfig::default(),
+            tracking: TrackingConfig::default(),
+            events: default_events(),
+        }
+    }
+}
+
+/// `sched:sched_switch`, and `cpu-clock` at 999 Hz with call chains.
+pub fn default_events() -> Vec<Spanned<EventConfig>> {
+    vec![
+        unspanned(EventConfig {
+            name: unspanned("sched:sched_switch".into()),
+            frequency: None,
+            period: None,
+            callchain: false,
+            filter: None,
+        }),
+        unspanned(EventConfig {
+            name: unspanned("cpu-clock".into()),
+            frequency: Some(unspanned(999)),
+            period: None,
+            callchain: true,
+            filter: None,
+        }),
+    ]
+}
+
+impl Config {
+    /// The config as TOML, every key written out (what `--check-config` prints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("# cannot print the config as TOML: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::parse;
+    use crate::units::ByteSize;
+    use crate::{Compression, Config};
+
+    #[test]
+    fn the_documented_example_file_equals_the_defaults() {
+        let text = include_str!("../flightrec.toml");
+        let cfg = parse(text).unwrap();
+        assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn an_empty_file_means_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn the_issue_example_parses() {
+        let cfg = parse(
+            r#"
+[daemon]
+socket = "/tmp/x.sock"
+socket_group = "adm"
+output_dir = "/tmp/snaps"
+[buffers]
+per_cpu = "256KiB"
+tracking = "64K"
+tracking_log = "1M"
+[[event]]
+name = "sched:sched_switch"
+filter = "prev_pid != 0"
+[[event]]
+name = "cpu-clock"
+period = 100000
+callchain = true
+[snapshot]
+compression = "none"
+level = 19
+min_interval = "250ms"
+post_trigger_delay = "2s"
+[retention]
+max_snapshots = 2
+max_bytes = 4096
+max_age = "1h"
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.buffers.per_cpu.get_ref().bytes(), 256 * 1024);
+        assert_eq!(cfg.buffers.tracking.get_ref().bytes(), 64 * 1024);
+        assert_eq!(cfg.events.len(), 2);
+        assert_eq!(
+            cfg.events[0].get_ref().filter.as_deref(),
+            Some("prev_pid != 0")
+        );
+        assert_eq!(
+            cfg.events[1]
+                .get_ref()
+                .period
+                .as_ref()
+                .map(|p| *p.get_ref()),
+            Some(100000)
+        );
+        assert_eq!(cfg.snapshot.compression, Compression::None);
+        assert_eq!(cfg.snapshot.min_interval.get().as_millis(), 250);
+        assert_eq!(cfg.retention.max_bytes, ByteSize(4096));
+        assert_eq!(cfg.retention.max_age.get().as_secs(), 3600);
+    }
+
+    #[test]
+    fn printed_config_reads_back_equal() {
+        let mut cfg = parse("[[event]]\nname = \"cpu-clock\"\nperiod = 5\n").unwrap();
+        cfg.retention.max_snapshots = 7;
+        let text = cfg.to_toml();
+        assert_eq!(parse(&text).unwrap(), cfg, "{text}");
+        let text = Config::default().to_toml();
+        assert_eq!(parse(&text).unwrap(), Config::default(), "{text}");
+    }
+
+    #[test]
+    fn no_socket_group_is_written_as_an_empty_name() {
+        let cfg = parse("[daemon]\nsocket_group = \"\"\n").unwrap();
+        assert_eq!(
+            cfg.daemon
+                .socket_group
+                .as_ref()
+                .map(|g| g.get_ref().as_str()),
+            Some("")
+        );
+        assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
+    }
+}

@@ -1,0 +1,433 @@
+//! What serde cannot check: ranges, names, paths and combinations of keys.
+//! Each check returns the span of the offending value with its message, so
+//! the error names the file, line and column.
+
+use std::ops::Range;
+use std::path::Path;
+
+use crate::message::quoted;
+use crate::schema::{Config, TrackingConfig};
+use crate::units::ByteSize;
+
+/// Largest ring the kernel side maps per CPU (`buffers.per_cpu`, `buffers.tracking`).
+pub const MAX_RING_BYTES: u64 = 2 << 30;
+/// Largest tracking log (`buffers.tracking_log`): it is allocated at start
+/// and on every reload that changes it.
+pub const MAX_TRACKING_LOG_BYTES: u64 = 4 << 30;
+/// Longest path accepted for the socket and the output directory (PATH_MAX
+/// with its NUL).
+pub const MAX_PATH_BYTES: usize = 4095;
+/// Longest event name (a tracepoint's directory names are file names).
+pub const MAX_EVENT_NAME_BYTES: usize = 255;
+/// Longest tracepoint filter: the kernel copies at most a page of it.
+pub const MAX_FILTER_BYTES: usize = 4095;
+/// Upper bound of `tracking.max_exited_threads` (the kernel's PID_MAX_LIMIT).
+pub const MAX_EXITED_THREADS_LIMIT: u64 = 4 << 20;
+/// Upper bound of `tracking.max_maps_per_process`.
+pub const MAX_MAPS_PER_PROCESS_LIMIT: u64 = 1 << 20;
+
+const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+impl TrackingConfig {
+    pub(crate) fn validate(&self, tracking_log: u64) -> Result<(), (Range<usize>, String)> {
+        let exited = &self.max_exited_threads;
+        if *exited.get_ref() > MAX_EXITED_THREADS_LIMIT {
+            return Err((
+                exited.span(),
+                format!(
+                    "tracking.max_exited_threads = {} is more than the {} threads a \
+                     system can have",
+                    exited.get_ref(),
+                    MAX_EXITED_THREADS_LIMIT
+                ),
+            ));
+        }
+        let maps = &self.max_maps_per_process;
+        if !(1..=MAX_MAPS_PER_PROCESS_LIMIT).contains(maps.get_ref()) {
+            return Err((
+                maps.span(),
+                format!(
+                    "tracking.max_maps_per_process = {} is out of range: 1 to {}",
+                    maps.get_ref(),
+                    MAX_MAPS_PER_PROCESS_LIMIT
+                ),
+            ));
+        }
+        let interval = &self.checkpoint_interval;
+        let n = interval.get_ref().bytes();
+        if n < 4096 || n > tracking_log {
+            return Err((
+                interval.span(),
+                format!(
+                    "tracking.checkpoint_interval = {} is out of range: 4KiB to \
+                     buffers.tracking_log ({})",
+                    interval.get_ref(),
+                    ByteSize(tracking_log)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Checks what serde cannot: returns the span and message of the first
+    /// problem.
+    pub(crate) fn validate(&self) -> Result<(), (Range<usize>, String)> {
+        let level = &self.daemon.log_level;
+        if !LOG_LEVELS.contains(&level.get_ref().as_str()) {
+            return Err((
+                level.span(),
+                format!(
+                    "daemon.log_level {} is not one of {}",
+                    quoted(level.get_ref()),
+                    LOG_LEVELS.join(", ")
+                ),
+            ));
+        }
+        if let Some(group) = &self.daemon.socket_group
+            && !group.get_ref().is_empty()
+            && !valid_group_name(group.get_ref())
+        {
+            return Err((
+                group.span(),
+                format!(
+                    "daemon.socket_group {} is not a valid group name \
+                     (letters, digits, '_', '-', '.', not starting with '-'; \
+                     \"\" for no group)",
+                    quoted(group.get_ref())
+                ),
+            ));
+        }
+        for (key, ring) in [
+            ("buffers.per_cpu", &self.buffers.per_cpu),
+            ("buffers.tracking", &self.buffers.tracking),
+        ] {
+            let n = ring.get_ref().bytes();
+            if n > MAX_RING_BYTES {
+                return Err((
+                    ring.span(),
+                    format!(
+                        "{key} = {} is above the {} per-ring limit",
+                        ring.get_ref(),
+                        ByteSize(MAX_RING_BYTES)
+                    ),
+                ));
+            }
+            if n < 4096 || !n.is_power_of_two() {
+                return Err((
+                    ring.span(),
+                    format!(
+                        "{key} = {} must be a power of two of at least 4KiB \
+                         (the kernel maps rings in 2^n pages)",
+                        ring.get_ref()
+                    ),
+                ));
+            }
+        }
+        let log = &self.buffers.tracking_log;
+        if !(64 * 1024..=MAX_TRACKING_LOG_BYTES).contains(&log.get_ref().bytes()) {
+            return Err((
+                log.span(),
+                format!(
+                    "buffers.tracking_log = {} is out of range: 64KiB to {} \
+                     (the daemon allocates it in memory)",
+                    log.get_ref(),
+                    ByteSize(MAX_TRACKING_LOG_BYTES)
+                ),
+            ));
+        }
+        self.tracking.validate(log.get_ref().bytes())?;
+        if self.events.is_empty() {
+            return Err((0..0, "at least one [[event]] is needed".into()));
+        }
+        for ev in &self.events {
+            let ev_ref = ev.get_ref();
+            let name = &ev_ref.name;
+            if let Err(why) = check_event_name(name.get_ref()) {
+                return Err((name.span(), why));
+            }
+            if let Some(filter) = &ev_ref.filter
+                && filter.len() > MAX_FILTER_BYTES
+            {
+                return Err((
+                    ev.span(),
+                    format!(
+                        "event {:?}: the filter is {} bytes long, at most {MAX_FILTER_BYTES} \
+                         are allowed",
+                        name.get_ref(),
+                        filter.len()
+                    ),
+                ));
+            }
+            match (&ev_ref.frequency, &ev_ref.period) {
+                (Some(_), Some(p)) => {
+                    return Err((
+                        p.span(),
+                        format!(
+                            "event {:?}: give either frequency or period, not both",
+                            name.get_ref()
+                        ),
+                    ));
+                }
+                (Some(v), None) | (None, Some(v)) if *v.get_ref() == 0 => {
+                    return Err((
+                        v.span(),
+                        format!("event {:?}: must be at least 1", name.get_ref()),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let level = &self.snapshot.level;
+        if !(1..=22).contains(level.get_ref()) {
+            return Err((
+                level.span(),
+                format!(
+                    "snapshot.level = {} is out of range: zstd levels are 1 to 22",
+                    level.get_ref()
+                ),
+            ));
+        }
+        let priority = &self.snapshot.realtime_priority;
+        if *priority.get_ref() > 99 {
+            return Err((
+                priority.span(),
+                format!(
+                    "snapshot.realtime_priority = {} is out of range: SCHED_FIFO priorities \
+                     are 1 to 99 (0 for normal priority)",
+                    priority.get_ref()
+                ),
+            ));
+        }
+        let delay = &self.snapshot.post_trigger_delay;
+        if delay.get_ref().get() > std::time::Duration::from_secs(60) {
+            return Err((
+                delay.span(),
+                format!(
+                    "snapshot.post_trigger_delay = {} is longer than the 60s allowed \
+                     (the rings would have overwritten the trigger's moment)",
+                    delay.get_ref()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `system:event` (tracepoint) or a lowercase software/hardware event name.
+/// Whether the kernel knows it is checked when the events are opened.
+pub fn check_event_name(name: &str) -> Result<(), String> {
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let ok = match name.split_once(':') {
+        Some((sys, ev)) => word(sys) && word(ev),
+        None => word(name),
+    };
+    if name.len() > MAX_EVENT_NAME_BYTES {
+        Err(format!(
+            "event name {} is too long: at most {MAX_EVENT_NAME_BYTES} bytes",
+            quoted(name)
+        ))
+    } else if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "event name {} is not valid: expected `system:tracepoint` \
+             (e.g. sched:sched_switch) or an event such as cpu-clock",
+            quoted(name)
+        ))
+    }
+}
+
+fn valid_group_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A path the daemon can hand to the kernel: not empty, no NUL byte, not
+/// longer than PATH_MAX. Returns the rest of a sentence naming the key.
+pub(crate) fn check_path(path: &Path) -> Result<(), String> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.is_empty() {
+        Err("is empty: give a path".into())
+    } else if bytes.contains(&0) {
+        Err(format!(
+            "{} contains a NUL byte, which no path can hold",
+            quoted(&path.to_string_lossy())
+        ))
+    } else if bytes.len() > MAX_PATH_BYTES {
+        Err(format!(
+            "{} is {} bytes long, at most {MAX_PATH_BYTES} are allowed",
+            quoted(&path.to_string_lossy()),
+            bytes.len()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{parse, rejected_at};
+
+    #[test]
+    fn tracking_limits_parse_and_bad_ones_are_located() {
+        let cfg = parse(
+            "[tracking]\nmax_exited_threads = 100\nmax_maps_per_process = 50\n\
+             checkpoint_interval = \"1MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(*cfg.tracking.max_exited_threads.get_ref(), 100);
+        assert_eq!(*cfg.tracking.max_maps_per_process.get_ref(), 50);
+        assert_eq!(cfg.tracking.checkpoint_interval.get_ref().bytes(), 1 << 20);
+        rejected_at(
+            "[tracking]\nmax_maps_per_process = 0\n",
+            2,
+            24,
+            "tracking.max_maps_per_process = 0 is out of range: 1 to 1048576",
+        );
+        rejected_at(
+            "[tracking]\nmax_exited_threads = 99999999\n",
+            2,
+            22,
+            "tracking.max_exited_threads = 99999999 is more than",
+        );
+        rejected_at(
+            "[buffers]\ntracking_log = \"1MiB\"\n[tracking]\ncheckpoint_interval = \"2MiB\"\n",
+            4,
+            23,
+            "tracking.checkpoint_interval = 2MiB is out of range: 4KiB to buffers.tracking_log (1MiB)",
+        );
+        rejected_at(
+            "[tracking]\nmax_exited = 3\n",
+            2,
+            1,
+            "unknown field `max_exited`",
+        );
+    }
+
+    #[test]
+    fn realtime_priority_out_of_range_is_located() {
+        rejected_at(
+            "[snapshot]\nrealtime_priority = 100\n",
+            2,
+            21,
+            "SCHED_FIFO priorities are 1 to 99",
+        );
+    }
+
+    #[test]
+    fn level_out_of_range_is_located() {
+        rejected_at("[snapshot]\nlevel = 23\n", 2, 9, "zstd levels are 1 to 22");
+        rejected_at("[snapshot]\nlevel = 0\n", 2, 9, "out of range");
+    }
+
+    #[test]
+    fn bad_event_name_is_located() {
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\n[[event]]\nname = \"sched:\"\n",
+            4,
+            8,
+            "event name \"sched:\" is not valid",
+        );
+        rejected_at("[[event]]\nname = \"../x\"\n", 2, 8, "not valid");
+    }
+
+    #[test]
+    fn frequency_and_period_together_are_rejected() {
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\nfrequency = 99\nperiod = 10\n",
+            4,
+            10,
+            "either frequency or period",
+        );
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\nfrequency = 0\n",
+            3,
+            13,
+            "at least 1",
+        );
+    }
+
+    #[test]
+    fn bad_group_is_located() {
+        rejected_at(
+            "[daemon]\nsocket_group = \"wheel users\"\n",
+            2,
+            16,
+            "not a valid group name",
+        );
+    }
+
+    #[test]
+    fn bad_log_level_is_located() {
+        rejected_at(
+            "[daemon]\nlog_level = \"loud\"\n",
+            2,
+            13,
+            "not one of error, warn",
+        );
+    }
+
+    #[test]
+    fn ring_size_must_be_a_power_of_two() {
+        rejected_at("[buffers]\ntracking = \"3KiB\"\n", 2, 12, "power of two");
+        rejected_at("[buffers]\nper_cpu = \"384KiB\"\n", 2, 11, "power of two");
+    }
+
+    #[test]
+    fn rings_above_the_kernel_limit_are_located() {
+        rejected_at(
+            "[buffers]\nper_cpu = \"4GiB\"\n",
+            2,
+            11,
+            "buffers.per_cpu = 4GiB is above the 2GiB per-ring limit",
+        );
+        rejected_at(
+            "[buffers]\n\ntracking = \"4GiB\"\n",
+            3,
+            12,
+            "above the 2GiB per-ring limit",
+        );
+        assert!(parse("[buffers]\nper_cpu = \"2GiB\"\n").is_ok());
+    }
+
+    #[test]
+    fn a_tracking_log_too_large_to_allocate_is_located() {
+        rejected_at(
+            "[buffers]\ntracking_log = \"1TiB\"\n",
+            2,
+            16,
+            "buffers.tracking_log = 1TiB is out of range: 64KiB to 4GiB",
+        );
+        rejected_at("[buffers]\ntracking_log = \"4K\"\n", 2, 16, "64KiB to 4GiB");
+        assert!(parse("[buffers]\ntracking_log = \"4GiB\"\n").is_ok());
+    }
+
+    #[test]
+    fn unusable_paths_are_located() {
+        rejected_at("[daemon]\nsocket = \"\"\n", 2, 10, "daemon.socket is empty");
+        rejected_at(
+            "[daemon]\nlog_level = \"info\"\n output_dir = \"/var/a\\u0000b\"\n",
+            3,
+            15,
+            "daemon.output_dir \"/var/a\\0b\" contains a NUL byte",
+        );
+        rejected_at(
+            "[daemon]\nsocket = \"/tmp/x\\u0000\"\n",
+            2,
+            10,
+            "contains a NUL byte",
+        );
+        let long = format!("[daemon]\noutput_dir = \"/{}\"\n", "d".repeat(5000));
+        rejected_at(&long, 2, 14, "5001 bytes long, at most 4095");
+    }
+}

@@ -1,0 +1,119 @@
+//! Reserving the name of a dump about to be written, with its sidecar
+//! written first so every listed snapshot has one.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::SystemTime;
+
+use super::info::Meta;
+use super::{
+    SnapshotName, Store, StoreError, give_to_group, meta_file_name, unix_ns, validate_label,
+};
+
+/// A name handed out for a dump about to be written.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    pub name: SnapshotName,
+    pub trigger: String,
+    pub created_unix_ns: i64,
+}
+
+impl Reservation {
+    pub fn id(&self) -> String {
+        self.name.id()
+    }
+    pub fn file_name(&self) -> String {
+        self.name.file_name()
+    }
+}
+
+impl Store {
+    /// A fresh name for a dump, with its sidecar written (0640). The label is
+    /// validated here: this is the one door from a client's text to a path.
+    pub fn reserve(
+        &self,
+        label: Option<&str>,
+        trigger: &str,
+        now: SystemTime,
+    ) -> Result<Reservation, StoreError> {
+        if let Some(l) = label {
+            validate_label(l)?;
+        }
+        self.ensure_dir()?;
+        let created_unix_ns = unix_ns(now);
+        let seq = {
+            let mut next = self.lock_seq();
+            let s = *next;
+            *next = (s + 1) % 1_000_000;
+            s
+        };
+        let r = Reservation {
+            name: SnapshotName {
+                host: self.host.clone(),
+                unix_secs: created_unix_ns.div_euclid(1_000_000_000),
+                seq,
+                label: label.map(str::to_string),
+            },
+            trigger: trigger.to_string(),
+            created_unix_ns,
+        };
+        let meta = Meta {
+            trigger: r.trigger.clone(),
+            created_unix_ns,
+        };
+        let final_path = self.sidecar_path(&r.id());
+        let tmp = self.dir.join(format!(
+            "{}.tmp-{}",
+            meta_file_name(&r.id()),
+            std::process::id()
+        ));
+        let write = || -> io::Result<()> {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o640)
+                .open(&tmp)?;
+            give_to_group(&tmp, self.group());
+            f.write_all(&serde_json::to_vec(&meta).map_err(io::Error::other)?)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &final_path)
+        };
+        write().map_err(|source| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::WriteMeta {
+                path: final_path.clone(),
+                source,
+            }
+        })?;
+        Ok(r)
+    }
+
+    /// Drops the sidecar of a reservation whose snapshot was not written.
+    pub fn abandon(&self, r: &Reservation) {
+        let _ = fs::remove_file(self.sidecar_path(&r.id()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removed_directory_is_created_again_by_the_next_reservation() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("snaps");
+        let (store, _) = Store::open(&d, "h").unwrap();
+        fs::remove_dir_all(&d).unwrap();
+        assert_eq!(store.list().unwrap(), vec![]);
+        let u = store.usage().unwrap();
+        assert_eq!((u.snapshots, u.bytes), (0, 0));
+        assert!(u.disk_free_bytes > 0);
+        let r = store.reserve(None, "api", SystemTime::now()).unwrap();
+        let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o750);
+        assert!(d.join(format!(".{}.meta", r.id())).exists());
+    }
+}

@@ -1,0 +1,40 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(
+    name = "flightrec-bench",
+    about = "flightrec vs perf record --overwrite, side by side"
+)]
+pub struct Args {
+    /// Repetitions of every measurement (alternating the tools).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Shorter workloads and fewer sizes: a smoke run, not figures to quote.
+    #[arg(long)]
+    pub quick: bool,
+    /// Scenarios to run (overhead, snapshot, compression, scaling, memory).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "overhead,snapshot,compression,scaling,memory"
+    )]
+    pub only: Vec<String>,
+    /// Also write the results as Markdown to this file.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Only print what a snapshot file holds (samples, bytes per CPU, span,
+    /// comm resolution, compression) and exit.
+    #[arg(long, value_name = "FILE")]
+    pub analyze: Option<PathBuf>,
+}
+
+impl Args {
+    /// Whether scenario `name` is among those asked for.
+    pub fn wants(&self, name: &str) -> bool {
+        self.only.iter().any(|o| o == name)
+    }
+}

@@ -1,0 +1,56 @@
+//! The scenarios, each measuring both recorders the same way and returning
+//! one table.
+
+mod compression;
+mod memory;
+mod overhead;
+mod scaling;
+mod snapshot;
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::MIB;
+use crate::workload::BackgroundLoad;
+
+pub use compression::compression;
+pub use memory::{dump_vs_log_fill, memory};
+pub use overhead::overhead;
+pub use scaling::scaling;
+pub use snapshot::snapshot;
+
+/// The tools in an order that rotates with `run`, so neither tool
+/// always runs first (warm caches, thermal drift).
+pub fn alternate<T>(run: usize, tools: &[T]) -> Vec<&T> {
+    let n = tools.len();
+    (0..n).map(|i| &tools[(i + run) % n]).collect()
+}
+
+/// Time a ring of `ring` bytes per CPU needs to wrap under the messaging
+/// load: sched_switch + cpu-clock records arrive at about 1 MiB/s per CPU
+/// on the reference machine; half again for margin.
+fn fill_time(ring: u64) -> Duration {
+    Duration::from_millis(1500 + ring * 1500 / MIB)
+}
+
+/// Starts the messaging load and waits until rings of `ring` bytes per CPU
+/// have wrapped under it.
+pub fn wrap_rings_under_load(ring: u64) -> Result<BackgroundLoad> {
+    let load = BackgroundLoad::start()?;
+    std::thread::sleep(fill_time(ring));
+    Ok(load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_runs_first_in_turn() {
+        let tools = ["bare", "flightrec", "perf"];
+        let firsts: Vec<&str> = (0..4).map(|run| *alternate(run, &tools)[0]).collect();
+        assert_eq!(firsts, ["bare", "flightrec", "perf", "bare"]);
+        assert_eq!(alternate(1, &tools), [&"flightrec", &"perf", &"bare"]);
+    }
+}

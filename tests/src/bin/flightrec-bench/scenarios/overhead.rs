@@ -1,0 +1,100 @@
+//! Scenario `overhead`: wall time of a fixed workload bare, under
+//! flightrecd and under perf; the recorders' own CPU time and peak RSS.
+
+use anyhow::Result;
+
+use super::alternate;
+use crate::MIB;
+use crate::cli::Args;
+use crate::procfs;
+use crate::recorder::{EventSet, Kind, Recorder, Setup};
+use crate::report::{Row, Section, show};
+use crate::stats::{Summary, ratio};
+use crate::workload::Workload;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Under {
+    Bare,
+    Tool(Kind),
+}
+
+/// Scenario 1: wall time of a fixed workload bare, under flightrecd and under
+/// perf; the recorders' own CPU time and peak RSS.
+pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Section> {
+    let setup = Setup {
+        events,
+        ring_bytes_per_cpu: 4 * MIB,
+        compression: None,
+    };
+    let mut wall: [Vec<f64>; 3] = Default::default();
+    let mut cpu_share: [Vec<f64>; 2] = Default::default();
+    let mut rss: [Vec<f64>; 2] = Default::default();
+    let modes = [
+        Under::Bare,
+        Under::Tool(Kind::Flightrec),
+        Under::Tool(Kind::Perf),
+    ];
+    for run in 0..args.runs {
+        for &mode in alternate(run, &modes) {
+            match mode {
+                Under::Bare => wall[0].push(workload.run(args.quick)?.as_secs_f64()),
+                Under::Tool(kind) => {
+                    let i = kind as usize;
+                    let recorder = Recorder::start(kind, setup)?;
+                    let cpu0 = procfs::cpu_seconds(recorder.pid())?;
+                    let elapsed = workload.run(args.quick)?.as_secs_f64();
+                    let cpu1 = procfs::cpu_seconds(recorder.pid())?;
+                    wall[1 + i].push(elapsed);
+                    cpu_share[i].push(100.0 * (cpu1 - cpu0) / elapsed);
+                    rss[i].push(procfs::peak_rss_bytes(recorder.pid())? as f64 / MIB as f64);
+                    recorder.stop()?;
+                }
+            }
+        }
+    }
+    let [bare, fr, pf] = wall.map(|v| Summary::of(&v));
+    let slowdown = |s: Option<Summary>| {
+        ratio(s, bare)
+            .map(|r| format!("{r:.3}x"))
+            .unwrap_or_default()
+    };
+    let [fr_cpu, pf_cpu] = cpu_share.map(|v| Summary::of(&v));
+    let [fr_rss, pf_rss] = rss.map(|v| Summary::of(&v));
+    Ok(Section {
+        title: format!(
+            "Overhead: {} under {}, 4 MiB/CPU",
+            workload.name(),
+            events.name()
+        ),
+        rows: vec![
+            Row {
+                metric: format!("workload wall time (bare {})", show(bare, "s", 3)),
+                flightrec: show(fr, "s", 3),
+                perf: show(pf, "s", 3),
+                ratio: ratio(fr, pf),
+                target: "<= 1.0",
+            },
+            Row {
+                metric: "slowdown vs bare".into(),
+                flightrec: slowdown(fr),
+                perf: slowdown(pf),
+                ratio: ratio(fr, bare).zip(ratio(pf, bare)).map(|(a, b)| a / b),
+                target: "<= 1.0",
+            },
+            Row {
+                metric: "recorder CPU, % of one core".into(),
+                flightrec: show(fr_cpu, "%", 2),
+                perf: show(pf_cpu, "%", 2),
+                ratio: ratio(fr_cpu, pf_cpu),
+                target: "flightrec < 1%",
+            },
+            Row {
+                metric: "recorder peak RSS".into(),
+                flightrec: show(fr_rss, " MiB", 1),
+                perf: show(pf_rss, " MiB", 1),
+                ratio: ratio(fr_rss, pf_rss),
+                target: "",
+            },
+        ],
+    })
+}
