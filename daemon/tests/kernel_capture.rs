@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use flightrecd::abi::{get_u64, record_type, sample};
 use flightrecd::perf::event::EventSpec;
-use flightrecd::perf::layout::SampleLayout;
+use flightrecd::abi::layout::SampleLayout;
 use flightrecd::snapshot::CpuCapture;
 use flightrecd::snapshot::capture::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};

@@ -6,7 +6,7 @@
 //! sanitizer build. If `ring` ever uses another daemon module, include it
 //! here too.
 
-#[path = "../../src/abi.rs"]
+#[path = "../../src/abi/mod.rs"]
 pub mod abi;
 
 #[path = "../../src/ring/mod.rs"]
