@@ -220,7 +220,10 @@ impl EventAttr {
             offset_of!(perf_event_attr, __bindgen_anon_2),
             &a.wakeup_events.to_le_bytes(),
         );
-        put(offset_of!(perf_event_attr, bp_type), &a.bp_type.to_le_bytes());
+        put(
+            offset_of!(perf_event_attr, bp_type),
+            &a.bp_type.to_le_bytes(),
+        );
         put(
             offset_of!(perf_event_attr, __bindgen_anon_3),
             &a.config1.to_le_bytes(),
@@ -241,7 +244,10 @@ impl EventAttr {
             offset_of!(perf_event_attr, sample_stack_user),
             &a.sample_stack_user.to_le_bytes(),
         );
-        put(offset_of!(perf_event_attr, clockid), &a.clockid.to_le_bytes());
+        put(
+            offset_of!(perf_event_attr, clockid),
+            &a.clockid.to_le_bytes(),
+        );
         put(
             offset_of!(perf_event_attr, sample_regs_intr),
             &a.sample_regs_intr.to_le_bytes(),
@@ -258,7 +264,10 @@ impl EventAttr {
             offset_of!(perf_event_attr, aux_sample_size),
             &a.aux_sample_size.to_le_bytes(),
         );
-        put(offset_of!(perf_event_attr, sig_data), &a.sig_data.to_le_bytes());
+        put(
+            offset_of!(perf_event_attr, sig_data),
+            &a.sig_data.to_le_bytes(),
+        );
         b
     }
 
@@ -377,7 +386,12 @@ mod tests {
         assert_eq!(k.wakeup_watermark, 0x2222);
         assert_eq!((k.config1, k.config2), (0x4444, 0x5555));
         assert_eq!(
-            (k.freq(), k.sample_id_all(), k.write_backward(), k.disabled()),
+            (
+                k.freq(),
+                k.sample_id_all(),
+                k.write_backward(),
+                k.disabled()
+            ),
             (1, 1, 1, 0)
         );
         assert_eq!((k.config3, k.config4), (0, 0));

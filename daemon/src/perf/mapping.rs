@@ -156,8 +156,10 @@ mod tests {
             [1024, 1032, 1040, 1048]
         );
         assert_eq!(MMAP_PAGE_SIZE, 1088);
-        assert!([DATA_HEAD, DATA_TAIL, DATA_OFFSET, DATA_SIZE]
-            .iter()
-            .all(|off| off.is_multiple_of(8) && off + 8 <= MMAP_PAGE_SIZE));
+        assert!(
+            [DATA_HEAD, DATA_TAIL, DATA_OFFSET, DATA_SIZE]
+                .iter()
+                .all(|off| off.is_multiple_of(8) && off + 8 <= MMAP_PAGE_SIZE)
+        );
     }
 }

@@ -20,9 +20,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::{Capture, CpuCapture, EventDescriptor, Maps, ProcessState};
+use crate::abi::layout::RecordLayouts;
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
-use crate::abi::layout::RecordLayouts;
 use crate::perf::sample_ring::SampleRing;
 use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingRing};
 use crate::perf::{PerfError, data_pages_for, page_size};
