@@ -1,5 +1,8 @@
-//! The raw syscalls and ioctls. Every call goes through [`check`], so errno
-//! handling is written once; fds come back as [`OwnedFd`] so Drop closes them.
+//! The raw syscalls and ioctls: perf_event_open and the perf ioctls through
+//! perf-event-open-sys's typed wrappers (request codes right for every
+//! architecture), the rest through libc/nix. Every call goes through
+//! [`check`], so errno handling is written once; fds come back as
+//! [`OwnedFd`] so Drop closes them.
 
 use std::ffi::CString;
 use std::io;
