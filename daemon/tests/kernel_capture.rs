@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use flightrecd::abi::layout::SampleLayout;
 use flightrecd::abi::{get_u64, record_type, sample};
 use flightrecd::perf::event::EventSpec;
-use flightrecd::perf::layout::SampleLayout;
 use flightrecd::recorder::CpuCapture;
 use flightrecd::recorder::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};

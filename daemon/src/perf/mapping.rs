@@ -3,20 +3,22 @@
 //! writes it concurrently): the control words are read with atomics and the
 //! data is copied out with raw pointer copies.
 
+use std::mem::{offset_of, size_of};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use memmap2::{MmapOptions, MmapRaw};
+use perf_event_open_sys::bindings::perf_event_mmap_page;
 
 use super::PerfError;
 
-/// Offsets in `struct perf_event_mmap_page`.
-const DATA_HEAD: usize = 1024;
-const DATA_TAIL: usize = 1032;
-const DATA_OFFSET: usize = 1040;
-const DATA_SIZE: usize = 1048;
-/// `sizeof(struct perf_event_mmap_page)` (samply asserts the same).
-const MMAP_PAGE_SIZE: usize = 1088;
+/// The control words read or written, by their offset in the control page.
+const DATA_HEAD: usize = offset_of!(perf_event_mmap_page, data_head);
+const DATA_TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
+const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
+const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
+/// `sizeof(struct perf_event_mmap_page)`: the page must hold it.
+const MMAP_PAGE_SIZE: usize = size_of::<perf_event_mmap_page>();
 
 /// Whether the data area may be written back to (`data_tail`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,5 +140,26 @@ impl RingMap {
         // re-reads prove untouched.
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_words_sit_where_the_kernel_writes_them() {
+        // include/uapi/linux/perf_event.h: data_head starts the second
+        // kilobyte, after the 1024 bytes of self-monitoring fields.
+        assert_eq!(
+            [DATA_HEAD, DATA_TAIL, DATA_OFFSET, DATA_SIZE],
+            [1024, 1032, 1040, 1048]
+        );
+        assert_eq!(MMAP_PAGE_SIZE, 1088);
+        assert!(
+            [DATA_HEAD, DATA_TAIL, DATA_OFFSET, DATA_SIZE]
+                .iter()
+                .all(|off| off.is_multiple_of(8) && off + 8 <= MMAP_PAGE_SIZE)
+        );
     }
 }

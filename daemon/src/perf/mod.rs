@@ -17,7 +17,6 @@
 pub mod cpus;
 pub mod event;
 pub mod file_map;
-pub mod layout;
 mod mapping;
 pub mod sample_ring;
 pub mod sched;

@@ -1,30 +1,16 @@
-//! The raw syscalls and ioctls. Every call goes through [`check`], so errno
-//! handling is written once; fds come back as [`OwnedFd`] so Drop closes them.
+//! The raw syscalls and ioctls: perf_event_open and the perf ioctls through
+//! perf-event-open-sys's typed wrappers (request codes right for every
+//! architecture), the rest through libc/nix. Every call goes through
+//! [`check`], so errno handling is written once; fds come back as
+//! [`OwnedFd`] so Drop closes them.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::abi::{ATTR_SIZE, EventAttr};
+use perf_event_open_sys::{bindings, ioctls};
 
-/// `PERF_FLAG_FD_CLOEXEC`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-
-/// ioctl numbers from include/uapi/linux/perf_event.h (`'$'` = 0x24).
-mod ioc {
-    /// `_IO('$', 0)`
-    pub const ENABLE: u64 = 0x2400;
-    /// `_IO('$', 1)`
-    pub const DISABLE: u64 = 0x2401;
-    /// `_IO('$', 5)`
-    pub const SET_OUTPUT: u64 = 0x2405;
-    /// `_IOW('$', 6, char *)`
-    pub const SET_FILTER: u64 = 0x4008_2406;
-    /// `_IOR('$', 7, __u64 *)`
-    pub const ID: u64 = 0x8008_2407;
-    /// `_IOW('$', 9, __u32)`: the argument is the value, not a pointer.
-    pub const PAUSE_OUTPUT: u64 = 0x4004_2409;
-}
+use crate::abi::EventAttr;
 
 /// Integer results of syscalls, where `-1` means "see errno".
 trait SyscallResult: Copy + PartialEq {
@@ -32,10 +18,6 @@ trait SyscallResult: Copy + PartialEq {
 }
 
 impl SyscallResult for i32 {
-    const FAILED: Self = -1;
-}
-
-impl SyscallResult for i64 {
     const FAILED: Self = -1;
 }
 
@@ -52,73 +34,52 @@ fn check<T: SyscallResult>(ret: T) -> io::Result<T> {
     }
 }
 
-/// The attr as the kernel reads it: 128 bytes, aligned for its u64 fields.
-#[repr(C, align(8))]
-struct AttrBytes([u8; ATTR_SIZE]);
-
 /// `perf_event_open(attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)`.
 pub fn perf_event_open(attr: &EventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    let mut bytes = AttrBytes(attr.to_bytes());
+    let mut kernel_attr = attr.to_kernel();
     let group_fd: libc::c_int = -1;
-    // SAFETY: the attr buffer is a local we own, valid for the ATTR_SIZE bytes
+    let flags = libc::c_ulong::from(bindings::PERF_FLAG_FD_CLOEXEC);
+    // SAFETY: `kernel_attr` is a local perf_event_attr we own, as large as
     // its `size` field announces, and outlives the call (on E2BIG the kernel
     // writes the size it wants back into it, which is fine for a local).
     let ret = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            bytes.0.as_mut_ptr(),
-            pid,
-            cpu,
-            group_fd,
-            PERF_FLAG_FD_CLOEXEC,
-        )
+        perf_event_open_sys::perf_event_open(&raw mut kernel_attr, pid, cpu, group_fd, flags)
     };
-    let fd = RawFd::try_from(check(ret)?)
-        .map_err(|_| io::Error::other("perf_event_open returned an out-of-range fd"))?;
+    let fd = RawFd::from(check(ret)?);
     // SAFETY: the kernel just returned this fd to us and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// # Safety
-/// When `request` takes a pointer, `arg` must be a pointer valid for what the
-/// kernel reads or writes through it, for the duration of the call.
-unsafe fn ioctl(fd: BorrowedFd<'_>, request: u64, arg: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: `fd` is a live fd (borrowed); pointer validity is the caller's
-    // contract above.
-    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), request as libc::Ioctl, arg) };
-    check(ret).map(|_| ())
-}
-
 pub fn enable(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: an integer-argument request.
-    unsafe { ioctl(fd, ioc::ENABLE, 0) }
+    // SAFETY: an integer-argument request on a live fd.
+    check(unsafe { ioctls::ENABLE(fd.as_raw_fd(), 0) }).map(drop)
 }
 
 pub fn disable(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: an integer-argument request.
-    unsafe { ioctl(fd, ioc::DISABLE, 0) }
+    // SAFETY: an integer-argument request on a live fd.
+    check(unsafe { ioctls::DISABLE(fd.as_raw_fd(), 0) }).map(drop)
 }
 
 /// Redirects `fd`'s output into the ring of `target` (same CPU, same clock,
 /// same `write_backward`).
 pub fn set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
-    let target = libc::c_ulong::try_from(target.as_raw_fd())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: an integer-argument request (the target fd number).
-    unsafe { ioctl(fd, ioc::SET_OUTPUT, target) }
+    // SAFETY: an integer-argument request (the target fd number), both fds
+    // live.
+    check(unsafe { ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) }).map(drop)
 }
 
 /// Pauses (true) or resumes (false) the ring `fd` writes to.
 pub fn pause_output(fd: BorrowedFd<'_>, pause: bool) -> io::Result<()> {
     // SAFETY: PAUSE_OUTPUT takes the value itself, not a pointer.
-    unsafe { ioctl(fd, ioc::PAUSE_OUTPUT, libc::c_ulong::from(pause)) }
+    check(unsafe { ioctls::PAUSE_OUTPUT(fd.as_raw_fd(), u32::from(pause)) }).map(drop)
 }
 
 pub fn set_filter(fd: BorrowedFd<'_>, filter: &str) -> io::Result<()> {
     let filter = CString::new(filter).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: the kernel reads a NUL-terminated string through the pointer;
-    // `filter` is one and outlives the call.
-    unsafe { ioctl(fd, ioc::SET_FILTER, filter.as_ptr() as libc::c_ulong) }
+    // SAFETY: the kernel only reads a NUL-terminated string through the
+    // pointer (the binding's `*mut` is the header's `char *`); `filter` is
+    // one and outlives the call.
+    check(unsafe { ioctls::SET_FILTER(fd.as_raw_fd(), filter.as_ptr().cast_mut()) }).map(drop)
 }
 
 /// The kernel's id of the event (what IDENTIFIER samples carry).
@@ -126,7 +87,7 @@ pub fn event_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut id: u64 = 0;
     // SAFETY: the kernel writes one u64 through the pointer; `id` is a u64
     // that outlives the call.
-    unsafe { ioctl(fd, ioc::ID, std::ptr::from_mut(&mut id) as libc::c_ulong)? };
+    check(unsafe { ioctls::ID(fd.as_raw_fd(), &raw mut id) })?;
     Ok(id)
 }
 
@@ -139,12 +100,13 @@ pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     usize::try_from(n).map_err(|_| io::Error::other("read returned a negative count"))
 }
 
-/// The system page size.
+/// The system page size: the one place it is asked for (rings, the output
+/// file's chunks, the perf.data header). Falls back to 4 KiB if sysconf
+/// fails or answers something that is not a power of two.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions; _SC_PAGESIZE is always valid.
-    let ret = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    check(ret)
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
+        .flatten()
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| n.is_power_of_two())
         .unwrap_or(4096)
@@ -185,5 +147,70 @@ pub fn open_failure_reason(err: &io::Error, hardware: bool) -> String {
         Some(libc::EMFILE) => "too many open files (raise RLIMIT_NOFILE)".to_string(),
         Some(libc::EINVAL) => "the kernel rejected the attributes (EINVAL)".to_string(),
         _ => err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bindings;
+
+    /// The crate's request codes, as `u64` for comparison.
+    fn crate_codes() -> [u64; 6] {
+        [
+            bindings::ENABLE,
+            bindings::DISABLE,
+            bindings::SET_OUTPUT,
+            bindings::SET_FILTER,
+            bindings::ID,
+            bindings::PAUSE_OUTPUT,
+        ]
+        .map(u64::from)
+    }
+
+    #[test]
+    fn ioctl_codes_are_the_kernels_for_this_architecture() {
+        // The _IO/_IOW/_IOR encodings of include/uapi/linux/perf_event.h, as
+        // nix computes them for the target (direction bits and argument size
+        // differ on powerpc and mips).
+        let kernel = [
+            nix::request_code_none!(b'$', 0),
+            nix::request_code_none!(b'$', 1),
+            nix::request_code_none!(b'$', 5),
+            nix::request_code_write!(b'$', 6, size_of::<*mut libc::c_char>()),
+            nix::request_code_read!(b'$', 7, size_of::<*mut u64>()),
+            nix::request_code_write!(b'$', 9, size_of::<u32>()),
+        ]
+        .map(u64::from);
+        assert_eq!(crate_codes(), kernel);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn ioctl_codes_are_the_x86_64_numbers() {
+        assert_eq!(
+            crate_codes(),
+            [
+                0x2400,
+                0x2401,
+                0x2405,
+                0x4008_2406,
+                0x8008_2407,
+                0x4004_2409
+            ]
+        );
+    }
+
+    #[test]
+    fn page_size_is_the_kernels() {
+        // The kernel's own word, independent of sysconf: the page size of
+        // this process's first mapping (its executable), in kB.
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let kb: usize = smaps
+            .lines()
+            .find_map(|l| l.strip_prefix("KernelPageSize:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        assert_eq!(super::page_size(), kb * 1024);
     }
 }

@@ -98,7 +98,7 @@ impl HostInfo {
             nr_cpus_available: nr_available,
             nr_cpus_online: nr_online,
             cmdline: std::env::args().collect(),
-            page_size: page_size(),
+            page_size: u32::try_from(crate::perf::page_size()).unwrap_or(u32::MAX),
             clock_resolution_ns: 1,
             tracing,
         })
@@ -119,13 +119,6 @@ pub fn tracepoints_of(events: &[EventDescriptor]) -> Vec<(String, String)> {
         }
     }
     out
-}
-
-fn page_size() -> u32 {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
-        Ok(Some(n)) => u32::try_from(n).unwrap_or(4096),
-        _ => 4096,
-    }
 }
 
 fn read_trimmed(path: &str) -> Result<String, HostInfoError> {

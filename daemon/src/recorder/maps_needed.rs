@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use super::CpuCapture;
-use crate::perf::layout::RecordLayouts;
+use crate::abi::layout::RecordLayouts;
 use crate::tracking::maps::Maps;
 use crate::tracking::record::{TrackingRecord, parse};
 use crate::tracking::state::ProcessState;

@@ -481,7 +481,7 @@ impl MappedOutput {
     /// before the next is mapped).
     fn next_chunk(&mut self) -> io::Result<()> {
         self.map = None;
-        let page = u64::from(page_size());
+        let page = crate::perf::page_size() as u64;
         let remaining = self.expected.saturating_sub(self.len);
         let size = if remaining == 0 {
             CHUNK_BYTES
@@ -506,13 +506,6 @@ impl MappedOutput {
         self.map = None;
         self.file.set_len(self.len)?;
         Ok((self.file, self.len))
-    }
-}
-
-fn page_size() -> u32 {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
-        Ok(Some(n)) => u32::try_from(n).unwrap_or(4096),
-        _ => 4096,
     }
 }
 
