@@ -21,9 +21,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::abi::{
-    ATTR_SIZE, HEADER_SIZE, RecordHeader, attr_flag, event_type, get_u64, record_type, sw_event,
-};
+use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sw_event};
 
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
@@ -137,27 +135,23 @@ pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
         .or_else(|| events.len().checked_sub(1))
 }
 
-/// Walks whole records, returning (intact length, SAMPLE count, sum of the
-/// `lost` fields of LOST records).
+/// Walks the whole, valid records ([`crate::ring::records`]), returning
+/// (intact length, SAMPLE count, sum of the `lost` fields of LOST records).
 fn scan_records(data: &[u8]) -> (usize, u64, u64) {
-    let mut pos = 0;
+    let mut walk = crate::ring::records(data);
     let mut samples = 0;
     let mut lost = 0u64;
-    while let Some(h) = RecordHeader::parse(&data[pos..]) {
-        let size = usize::from(h.size);
-        if size < HEADER_SIZE || size > data.len() - pos {
-            break;
-        }
-        match h.type_ {
+    for (header, record) in walk.by_ref().map_while(Result::ok) {
+        match header.type_ {
             record_type::SAMPLE => samples += 1,
-            record_type::LOST if size >= 24 => {
-                lost = lost.saturating_add(get_u64(data, pos + 16));
+            // header, id, lost
+            record_type::LOST if record.len() >= 24 => {
+                lost = lost.saturating_add(get_u64(record, 16));
             }
             _ => {}
         }
-        pos += size;
     }
-    (pos, samples, lost)
+    (walk.offset(), samples, lost)
 }
 
 fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError> {
@@ -679,10 +673,42 @@ mod tests {
             let bytes = data.to_vec();
             proptest::prop_assert_eq!(bytes.len() as u64, data.len());
             let parsed = crate::snapshot::reader::parse(&bytes).unwrap();
-            proptest::prop_assert_eq!(
-                crate::snapshot::compress::intact_len(parsed.data),
-                parsed.data.len()
-            );
+            // COMPRESSED records are not 8-aligned (perf does not pad them):
+            // check the records they hold.
+            let records = match level {
+                Some(_) => compress::unpack(parsed.data).0,
+                None => parsed.data.to_vec(),
+            };
+            proptest::prop_assert_eq!(compress::intact_len(&records), records.len());
+        }
+    }
+
+    #[test]
+    fn scan_stops_at_a_record_the_walker_rejects() {
+        use crate::ring::test_records::record;
+        let sample = record(record_type::SAMPLE, 16, 1);
+        for bad in [record(0, 8, 0), record(record_type::SAMPLE, 12, 0)] {
+            let data = [sample.clone(), bad, sample.clone()].concat();
+            assert_eq!(scan_records(&data), (sample.len(), 1, 0));
+        }
+    }
+
+    proptest::proptest! {
+        /// scan_records counts over exactly the records the walker yields.
+        #[test]
+        fn scan_agrees_with_the_walker(
+            good in proptest::collection::vec(crate::ring::test_records::kernel_record(256), 0..40),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let data = [good.concat(), tail].concat();
+            let walked: Vec<_> = crate::ring::records(&data).map_while(Result::ok).collect();
+            let len = walked.iter().map(|(_, r)| r.len()).sum::<usize>();
+            let samples = walked.iter().filter(|(h, _)| h.type_ == record_type::SAMPLE).count();
+            let lost = walked
+                .iter()
+                .filter(|(h, r)| h.type_ == record_type::LOST && r.len() >= 24)
+                .fold(0u64, |sum, (_, r)| sum.saturating_add(get_u64(r, 16)));
+            proptest::prop_assert_eq!(scan_records(&data), (len, samples as u64, lost));
         }
     }
 
