@@ -32,6 +32,23 @@ use super::{Capture, EventDescriptor};
 /// Size of the PERFILE2 header.
 pub const FILE_HEADER_SIZE: usize = 104;
 pub const MAGIC: &[u8; 8] = b"PERFILE2";
+/// Offset of the header's 256-bit feature bitmap (`adds_features`).
+pub const FEATURE_BITMAP_OFFSET: usize = 0x48;
+
+/// Whether `header`, the first bytes of a file, is a PERFILE2 header with
+/// feature `bit` set. A prefix too short to hold that bit says no.
+pub fn has_feature(header: &[u8], bit: u32) -> bool {
+    header.starts_with(MAGIC)
+        && header
+            .get(FEATURE_BITMAP_OFFSET + (bit / 8) as usize)
+            .is_some_and(|byte| byte & (1 << (bit % 8)) != 0)
+}
+
+/// Whether `header` is that of a compressed perf.data file (the COMPRESSED
+/// feature is set).
+pub fn is_compressed(header: &[u8]) -> bool {
+    has_feature(header, bit::COMPRESSED)
+}
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -416,7 +433,7 @@ pub fn file_header(attrs: (u64, u64), data: (u64, u64), feature_bits: &[u32]) ->
     // event_types {0, 0} at 0x38
     for &b in feature_bits {
         if b < bit::BITMAP_BITS {
-            h[0x48 + (b / 8) as usize] |= 1 << (b % 8);
+            h[FEATURE_BITMAP_OFFSET + (b / 8) as usize] |= 1 << (b % 8);
         }
     }
     h
@@ -681,6 +698,21 @@ mod tests {
             };
             proptest::prop_assert_eq!(compress::intact_len(&records), records.len());
         }
+    }
+
+    #[test]
+    fn compressed_flag_is_read_from_the_written_header() {
+        let plain = file_header((104, 0), (104, 0), &[bit::HOSTNAME, bit::CMDLINE]);
+        let packed = file_header((104, 0), (104, 0), &[bit::HOSTNAME, bit::COMPRESSED]);
+        assert!(!is_compressed(&plain));
+        assert!(is_compressed(&packed));
+        assert!(has_feature(&packed, bit::HOSTNAME));
+        // The bit is at byte 0x48 + 3: a prefix up to it is enough.
+        assert!(is_compressed(&packed[..FEATURE_BITMAP_OFFSET + 4]));
+        assert!(!is_compressed(&packed[..FEATURE_BITMAP_OFFSET + 3]));
+        let mut not_perf = packed;
+        not_perf[0] = b'X';
+        assert!(!is_compressed(&not_perf));
     }
 
     #[test]
