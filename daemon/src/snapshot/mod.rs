@@ -13,8 +13,8 @@
 //! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
 //! - [`reader`]: reading a written snapshot back, to compress it later;
 //! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
-//!   atomic rename), [`output::write_snapshot`], [`output::compress_snapshot`]
-//!   and the [`output::SnapshotWriter`] thread.
+//!   atomic rename): [`output::write_snapshot`] and
+//!   [`output::compress_snapshot`].
 
 pub mod capture;
 
