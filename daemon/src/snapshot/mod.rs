@@ -117,7 +117,7 @@ pub mod output;
 pub mod perfdata;
 pub mod reader;
 pub mod synth;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use crate::tracking::maps::Maps;
