@@ -10,9 +10,10 @@
 //! binaries are already fresh (cargo releases its lock before running tests).
 //!
 //! # Privileges
-//! Kernel tests need root (perf_event_open on tracepoints, tracefs). Under
-//! `CI=true` lacking it is a failure, elsewhere the test says why it skips:
-//! see [`require_root`].
+//! Kernel tests need root (perf_event_open on tracepoints, tracefs). Built
+//! by a user that is not root outside CI they show as ignored ("needs
+//! root"); under `CI=true` lacking root is a failure: see [`require_root`]
+//! and build.rs.
 
 #![forbid(unsafe_code)]
 
@@ -97,25 +98,32 @@ fn build_binaries(profile: &Path) -> Result<(), String> {
     }
 }
 
-/// True when running as root. Under `CI=true` not being root panics (a
-/// missing permission is a failure there); elsewhere it prints why the
-/// calling test skips and returns false.
-pub fn require_root(test: &str) -> bool {
-    let is_root = std::fs::read_to_string("/proc/self/status")
+/// Fails the calling test unless it runs as root (perf events on every
+/// CPU, tracefs). Tests that need root are also marked
+/// `#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]`: built by a
+/// user that is not root outside CI they are reported ignored and never get
+/// here. Reaching it without root therefore means `CI=true` (where a missing
+/// permission is a failure) or a test binary built as root and run as a
+/// user (rebuild it as that user to have the tests ignored).
+pub fn require_root(test: &str) {
+    let euid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
         })
-        .unwrap_or(false);
-    if !is_root {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{test}: needs root (perf events, tracefs) and CI=true forbids skipping");
-        }
-        eprintln!("{test}: skipped, not root");
+        .unwrap_or_else(|| "unknown".into());
+    if euid == "0" {
+        return;
     }
-    is_root
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root (perf events, tracefs) and CI=true forbids skipping");
+    }
+    panic!(
+        "{test}: needs root (perf events, tracefs); this test binary was built as root, so it \
+         was not marked ignored, but runs as uid {euid}: rebuild it as this user to skip it"
+    );
 }
 
 /// A running `flightrecd` on a private config: temp socket and output dir.
