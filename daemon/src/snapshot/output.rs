@@ -3,15 +3,15 @@
 //! The file is created as `.<name>.tmp-<pid>-<n>` in the output directory
 //! (see [`is_temp_file_name`]: the store removes such leftovers of a crash),
 //! written through a shared memory map grown in chunks of up to 64 MiB
-//! (seed 01: copies instead of many `write()` calls), truncated to its exact
-//! length, fsync'ed, renamed to its final name (never over an existing
-//! file) and the directory fsync'ed. Each chunk's blocks are reserved with
+//! (one copy into memory per piece instead of a `write()` call each),
+//! truncated to its exact length, fsync'ed, renamed to its final name
+//! (never over an existing file) and the directory fsync'ed. Each chunk's blocks are reserved with
 //! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
 //! error here instead of a SIGBUS when a page of the map is first touched.
 //! On any error the temporary file is removed and the error names the file.
 //!
 //! Writing is meant to run on its own thread after the capture returned:
-//! the capture never waits on the disk (seed 03).
+//! the capture never waits on the disk.
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -2,7 +2,7 @@
 //! [`HostInfo`] in, the file's bytes out, as a list of segments so the
 //! sample records are copied once, from the capture into the output file.
 //!
-//! Layout (PERFDATA.md): `header | id arrays | attrs | data | feature index |
+//! Layout: `header | id arrays | attrs | data | feature index |
 //! feature bodies`. The data section holds, in this order:
 //! 1. synthesized state at the window's start: the kernel MMAP, then COMM
 //!    and MMAP2 of every known thread, stamped `window_start_ns - 1`;
