@@ -154,7 +154,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::ring::test_records::{kernel_record, record};
+    use crate::ring::test_records::{kernel_record, record, suspect_tail};
 
     #[test]
     fn packs_large_compressible_data_under_the_cap_and_round_trips() {
@@ -229,7 +229,7 @@ mod tests {
         #[test]
         fn derived_helpers_agree_with_the_walker(
             good in prop::collection::vec(kernel_record(512), 0..40),
-            tail in prop::collection::vec(any::<u8>(), 0..64),
+            tail in suspect_tail(),
             target in 0usize..4096,
         ) {
             let data = [good.concat(), tail].concat();
