@@ -16,8 +16,7 @@ use flightrecd::recorder::{Recorder, RecorderConfig};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 fn pin_to(cpu: u32) {
     let mut set = CpuSet::new();
@@ -115,10 +114,9 @@ fn check_cpu(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn wrapped_rings_walk_whole_and_ordered() {
-    if !require_root("wrapped_rings_walk_whole_and_ordered") {
-        return;
-    }
+    require_root("wrapped_rings_walk_whole_and_ordered");
     let recorder = sched_switch_recorder(16 * 1024);
     let cpus = recorder.cpus();
     let sample_type = recorder.events()[0].attr.sample_type;
@@ -171,10 +169,9 @@ fn wrapped_rings_walk_whole_and_ordered() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn samples_lost_while_paused_show_after_resume() {
-    if !require_root("samples_lost_while_paused_show_after_resume") {
-        return;
-    }
+    require_root("samples_lost_while_paused_show_after_resume");
     // Big enough that the LOST record written at resume is still in the
     // ring at the next capture.
     let recorder = sched_switch_recorder(4 << 20);

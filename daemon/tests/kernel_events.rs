@@ -4,8 +4,7 @@
 use flightrecd::perf::event::EventSpec;
 use flightrecd::recorder::{Recorder, RecorderConfig};
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 fn start_error(spec: EventSpec) -> String {
     let config = RecorderConfig {
@@ -22,10 +21,9 @@ fn start_error(spec: EventSpec) -> String {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn bad_events_fail_with_clear_messages() {
-    if !require_root("bad_events_fail_with_clear_messages") {
-        return;
-    }
+    require_root("bad_events_fail_with_clear_messages");
     assert!(
         start_error(EventSpec::new("not-an-event")).starts_with("unknown event 'not-an-event'")
     );
@@ -68,10 +66,9 @@ fn bad_events_fail_with_clear_messages() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn good_filters_and_software_events_open() {
-    if !require_root("good_filters_and_software_events_open") {
-        return;
-    }
+    require_root("good_filters_and_software_events_open");
     let config = RecorderConfig {
         events: vec![
             EventSpec {
@@ -126,10 +123,9 @@ fn good_filters_and_software_events_open() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn hardware_open_without_pmu_is_explained_by_the_kernel_error_too() {
-    if !require_root("hardware_open_without_pmu_is_explained_by_the_kernel_error_too") {
-        return;
-    }
+    require_root("hardware_open_without_pmu_is_explained_by_the_kernel_error_too");
     if std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
         eprintln!("this machine has a CPU PMU; nothing to check");
         return;

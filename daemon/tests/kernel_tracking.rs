@@ -8,8 +8,7 @@ use flightrecd::perf::event::EventSpec;
 use flightrecd::recorder::{Recorder, RecorderConfig};
 use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 fn recorder(tracking_log_bytes: u64) -> Recorder {
     Recorder::start(&RecorderConfig {
@@ -40,10 +39,9 @@ fn parsed(records: &[u8]) -> Vec<Parsed> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn child_fork_exec_exit_are_in_the_window_and_the_table() {
-    if !require_root("child_fork_exec_exit_are_in_the_window_and_the_table") {
-        return;
-    }
+    require_root("child_fork_exec_exit_are_in_the_window_and_the_table");
     let recorder = recorder(4 << 20);
     let pid = run_child();
     let capture = recorder.capture().expect("capture");
@@ -102,10 +100,9 @@ fn child_fork_exec_exit_are_in_the_window_and_the_table() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn records_evicted_from_a_small_log_stay_resolvable() {
-    if !require_root("records_evicted_from_a_small_log_stay_resolvable") {
-        return;
-    }
+    require_root("records_evicted_from_a_small_log_stay_resolvable");
     let recorder = recorder(8 << 10);
     let pid = run_child();
     // Each short-lived process adds fork/comm/mmap2/exit records: far more
@@ -127,10 +124,9 @@ fn records_evicted_from_a_small_log_stay_resolvable() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
-    if !require_root("drain_thread_keeps_small_tracking_rings_from_overflowing") {
-        return;
-    }
+    require_root("drain_thread_keeps_small_tracking_rings_from_overflowing");
     let recorder = Recorder::start(&RecorderConfig {
         events: vec![EventSpec::new("sched:sched_switch")],
         ring_bytes_per_cpu: 64 << 10,

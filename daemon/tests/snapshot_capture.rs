@@ -16,8 +16,7 @@ use flightrecd::recorder::{Recorder, RecorderConfig};
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 const CHILD_COMM: &str = "fr-known-child";
 
@@ -86,10 +85,9 @@ fn largest_payload(file: &Path) -> usize {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn captured_snapshots_read_in_perf_with_comms_symbols_and_losses() {
-    if !require_root("captured_snapshots_read_in_perf_with_comms_symbols_and_losses") {
-        return;
-    }
+    require_root("captured_snapshots_read_in_perf_with_comms_symbols_and_losses");
     let dir = tempfile::tempdir().unwrap();
     let config = RecorderConfig {
         events: vec![

@@ -14,8 +14,7 @@ use flightrecd::snapshot::testing::{
     SCHED_SWITCH_FORMAT, SyntheticSpec, synthetic_capture, synthetic_host,
 };
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
 struct TinyFs {
@@ -61,10 +60,9 @@ fn names(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn full_disk_fails_cleanly_and_keeps_earlier_snapshots() {
-    if !require_root("full_disk_fails_cleanly_and_keeps_earlier_snapshots") {
-        return;
-    }
+    require_root("full_disk_fails_cleanly_and_keeps_earlier_snapshots");
     let fs = TinyFs::mount("256k");
     let opts = WriteOptions {
         compression: None,

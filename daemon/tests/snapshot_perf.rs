@@ -19,8 +19,7 @@ use flightrecd::snapshot::testing::{
     synthetic_capture,
 };
 
-mod common;
-use common::require_root;
+use flightrec_tests::require_root;
 
 /// Address of a kernel symbol from /proc/kallsyms.
 fn ksym(name: &str) -> u64 {
@@ -87,10 +86,9 @@ fn times(script: &str) -> Vec<f64> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn perf_script_and_report_read_a_synthetic_snapshot() {
-    if !require_root("perf_script_and_report_read_a_synthetic_snapshot") {
-        return;
-    }
+    require_root("perf_script_and_report_read_a_synthetic_snapshot");
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(50, 17);
     let capture = synthetic_capture(&spec);
@@ -166,10 +164,9 @@ fn largest_payload(file: &Path) -> (usize, usize) {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn compressed_snapshots_print_exactly_what_uncompressed_ones_do() {
-    if !require_root("compressed_snapshots_print_exactly_what_uncompressed_ones_do") {
-        return;
-    }
+    require_root("compressed_snapshots_print_exactly_what_uncompressed_ones_do");
     let dir = tempfile::tempdir().unwrap();
     // 2 CPUs x 30000 x 2 samples: ~12 MiB of records.
     let capture = synthetic_capture(&spec(30_000, 3));
@@ -267,10 +264,9 @@ fn blocks(script: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn records_perf_recorded_print_the_same_through_a_snapshot() {
-    if !require_root("records_perf_recorded_print_the_same_through_a_snapshot") {
-        return;
-    }
+    require_root("records_perf_recorded_print_the_same_through_a_snapshot");
     let dir = tempfile::tempdir().unwrap();
     let recorded = dir.path().join("recorded.data");
     let status = Command::new("perf")

@@ -10,15 +10,19 @@
 //! binaries are already fresh (cargo releases its lock before running tests).
 //!
 //! # Privileges
-//! Kernel tests need root (perf_event_open on tracepoints, tracefs). Under
-//! `CI=true` lacking it is a failure, elsewhere the test says why it skips:
-//! see [`require_root`].
+//! Kernel tests need root (perf_event_open on tracepoints, tracefs). Built
+//! by a user that is not root outside CI they show as ignored ("needs
+//! root"); under `CI=true` lacking root is a failure: see [`require_root`]
+//! and build.rs.
 
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+mod python;
+pub use python::{GRPC_PYTHON, PythonClient};
 
 /// A python3 script for the hostile-tracking test and benchmark: maps
 /// `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks
@@ -97,25 +101,32 @@ fn build_binaries(profile: &Path) -> Result<(), String> {
     }
 }
 
-/// True when running as root. Under `CI=true` not being root panics (a
-/// missing permission is a failure there); elsewhere it prints why the
-/// calling test skips and returns false.
-pub fn require_root(test: &str) -> bool {
-    let is_root = std::fs::read_to_string("/proc/self/status")
+/// Fails the calling test unless it runs as root (perf events on every
+/// CPU, tracefs). Tests that need root are also marked
+/// `#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]`: built by a
+/// user that is not root outside CI they are reported ignored and never get
+/// here. Reaching it without root therefore means `CI=true` (where a missing
+/// permission is a failure) or a test binary built as root and run as a
+/// user (rebuild it as that user to have the tests ignored).
+pub fn require_root(test: &str) {
+    let euid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
         })
-        .unwrap_or(false);
-    if !is_root {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{test}: needs root (perf events, tracefs) and CI=true forbids skipping");
-        }
-        eprintln!("{test}: skipped, not root");
+        .unwrap_or_else(|| "unknown".into());
+    if euid == "0" {
+        return;
     }
-    is_root
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root (perf events, tracefs) and CI=true forbids skipping");
+    }
+    panic!(
+        "{test}: needs root (perf events, tracefs); this test binary was built as root, so it \
+         was not marked ignored, but runs as uid {euid}: rebuild it as this user to skip it"
+    );
 }
 
 /// A running `flightrecd` on a private config: temp socket and output dir.
@@ -427,82 +438,5 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Where `tests/prepare-host` installs grpc-python.
-pub const GRPC_PYTHON: &str = "/var/tmp/flightrec-grpc-venv/bin/python";
-
-/// A grpc-python client (`tests/python/flightrec_client.py`) with stubs
-/// generated from `proto/flightrec.proto` into a directory of its own.
-pub struct PythonClient {
-    pub python: PathBuf,
-    pub script: PathBuf,
-    pub stubs: tempfile::TempDir,
-}
-
-impl PythonClient {
-    /// The client, or None (after saying why) when grpc-python is not
-    /// installed; under `CI=true` that is a failure (`tests/prepare-host`
-    /// installs it).
-    pub fn find(test: &str) -> Option<Self> {
-        use std::os::unix::fs::PermissionsExt;
-        let python = std::env::var_os("FLIGHTREC_TEST_PYTHON")
-            .map_or_else(|| PathBuf::from(GRPC_PYTHON), PathBuf::from);
-        let usable = Command::new(&python)
-            .args(["-c", "import grpc, grpc_tools"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !usable {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!(
-                    "{test}: no grpc-python at {} (run tests/prepare-host)",
-                    python.display()
-                );
-            }
-            eprintln!(
-                "{test}: skipped, no grpc-python at {} (run tests/prepare-host)",
-                python.display()
-            );
-            return None;
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let stubs = tempfile::tempdir().expect("tempdir");
-        // Readable by the unprivileged users some tests run it as.
-        std::fs::set_permissions(stubs.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod stubs dir");
-        let proto = root.join("../proto");
-        let out = Command::new(&python)
-            .args(["-m", "grpc_tools.protoc"])
-            .arg(format!("-I{}", proto.display()))
-            .arg(format!("--python_out={}", stubs.path().display()))
-            .arg(format!("--grpc_python_out={}", stubs.path().display()))
-            .arg("flightrec.proto")
-            .output()
-            .expect("run grpc_tools.protoc");
-        assert!(
-            out.status.success(),
-            "generating the Python stubs failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Beside the stubs, where unprivileged users can read it too.
-        let script = stubs.path().join("flightrec_client.py");
-        std::fs::copy(root.join("python/flightrec_client.py"), &script)
-            .expect("copy the Python client");
-        Some(PythonClient {
-            python,
-            script,
-            stubs,
-        })
-    }
-
-    /// `python flightrec_client.py STUBS SOCKET MODE`, not started yet.
-    pub fn command(&self, socket: &Path, mode: &str) -> Command {
-        let mut cmd = Command::new(&self.python);
-        cmd.arg(&self.script)
-            .arg(self.stubs.path())
-            .arg(socket)
-            .arg(mode);
-        cmd
     }
 }

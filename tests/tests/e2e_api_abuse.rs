@@ -67,10 +67,9 @@ fn wait_for_log(d: &Daemon, needle: &str, within: Duration) {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_thousand_idle_connections_block_neither_the_api_nor_a_signal_dump() {
-    if !require_root("idle_connections") {
-        return;
-    }
+    require_root("idle_connections");
     // This test holds 1100 sockets.
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
@@ -143,10 +142,9 @@ fn a_thousand_idle_connections_block_neither_the_api_nor_a_signal_dump() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 async fn watch_streams_are_limited_per_connection_and_in_total() {
-    if !require_root("watch_streams_are_limited") {
-        return;
-    }
+    require_root("watch_streams_are_limited");
     let d = Daemon::start("");
     let timeout = Duration::from_secs(5);
     // Let the daemon settle before measuring its memory.
@@ -293,10 +291,9 @@ fn daemon_for_nobody(group: &str) -> Daemon {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_peer_whose_group_a_reload_removed_is_refused_on_its_open_connection() {
-    if !require_root("revoked_by_reload") {
-        return;
-    }
+    require_root("revoked_by_reload");
     let Some(python) = PythonClient::find("revoked_by_reload") else {
         return;
     };
@@ -354,10 +351,9 @@ impl Drop for TestGroup {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_user_removed_from_the_socket_group_is_refused_on_its_open_connection() {
-    if !require_root("removed_from_the_group") {
-        return;
-    }
+    require_root("removed_from_the_group");
     let Some(python) = PythonClient::find("removed_from_the_group") else {
         return;
     };
@@ -458,10 +454,9 @@ impl Drop for Stopped<'_> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn snapctl_gives_up_on_a_stopped_daemon_even_in_the_middle_of_a_dump() {
-    if !require_root("stopped_daemon") {
-        return;
-    }
+    require_root("stopped_daemon");
     // The dump waits 5 s after its trigger: long enough to stop the daemon
     // while snapctl waits for the answer.
     let d = Daemon::start("[snapshot]\ncompression = \"none\"\npost_trigger_delay = \"5s\"\n");
@@ -496,10 +491,9 @@ fn snapctl_gives_up_on_a_stopped_daemon_even_in_the_middle_of_a_dump() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_reader_closing_the_pipe_is_not_an_error() {
-    if !require_root("closed_pipe") {
-        return;
-    }
+    require_root("closed_pipe");
     let d = Daemon::start("");
     for args in [["status"], ["list"]] {
         let (reader, writer) = std::io::pipe().unwrap();
@@ -516,11 +510,10 @@ fn a_reader_closing_the_pipe_is_not_an_error() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_connection_that_sends_nothing_is_closed_after_the_handshake_timeout() {
     use std::io::Read;
-    if !require_root("silent_connection") {
-        return;
-    }
+    require_root("silent_connection");
     let d = Daemon::start("");
     let mut silent = UnixStream::connect(&d.socket).unwrap();
     let opened = Instant::now();

@@ -40,10 +40,9 @@ fn stderr(out: &Output) -> String {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn check_config_rejects_with_exit_2_what_the_daemon_rejects_at_start() {
-    if !require_root("check_config_rejects_what_the_daemon_rejects") {
-        return;
-    }
+    require_root("check_config_rejects_what_the_daemon_rejects");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
     let file = dir.path().join("a-file");
@@ -153,10 +152,9 @@ fn check_config_rejects_with_exit_2_what_the_daemon_rejects_at_start() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn the_printed_config_is_accepted_back_and_the_shipped_one_passes() {
-    if !require_root("the_printed_config_is_accepted_back") {
-        return;
-    }
+    require_root("the_printed_config_is_accepted_back");
     let group_exists = nix::unistd::Group::from_name("flightrec")
         .unwrap()
         .is_some();
@@ -190,10 +188,9 @@ fn the_printed_config_is_accepted_back_and_the_shipped_one_passes() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_reload_with_a_tracking_log_too_large_is_rejected_and_the_daemon_lives() {
-    if !require_root("a_reload_with_a_tracking_log_too_large") {
-        return;
-    }
+    require_root("a_reload_with_a_tracking_log_too_large");
     let mut d = Daemon::start("");
     let text = std::fs::read_to_string(&d.config).unwrap();
     std::fs::write(
@@ -235,10 +232,9 @@ fn a_reload_with_a_tracking_log_too_large_is_rejected_and_the_daemon_lives() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn huge_values_are_cut_in_logs_and_replies() {
-    if !require_root("huge_values_are_cut_in_logs_and_replies") {
-        return;
-    }
+    require_root("huge_values_are_cut_in_logs_and_replies");
     let d = Daemon::start("");
     let text = std::fs::read_to_string(&d.config).unwrap();
     let huge = "x".repeat(10 << 20);
@@ -287,10 +283,9 @@ fn huge_values_are_cut_in_logs_and_replies() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sidecar_temp_files_left_by_kill_9_are_removed_at_start() {
-    if !require_root("sidecar_temp_files_left_by_kill_9") {
-        return;
-    }
+    require_root("sidecar_temp_files_left_by_kill_9");
     let mut d = Daemon::start("");
     let v = d.json(&["dump"]);
     let id = v["id"].as_str().unwrap().to_string();
@@ -313,10 +308,9 @@ fn sidecar_temp_files_left_by_kill_9_are_removed_at_start() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_removed_output_dir_is_recreated_by_the_next_dump_and_status_keeps_working() {
-    if !require_root("a_removed_output_dir_is_recreated") {
-        return;
-    }
+    require_root("a_removed_output_dir_is_recreated");
     let d = Daemon::start("");
     d.json(&["dump"]);
     std::fs::remove_dir_all(&d.output).unwrap();
@@ -376,10 +370,9 @@ impl Drop for TestUser {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_socket_group_member_can_read_the_snapshots_it_dumps() {
-    if !require_root("a_socket_group_member_can_read_the_snapshots") {
-        return;
-    }
+    require_root("a_socket_group_member_can_read_the_snapshots");
     let user = TestUser::create();
     let gid = nix::unistd::Group::from_name(&user.name)
         .unwrap()
@@ -521,26 +514,23 @@ fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal) {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigterm_to_quickstart_stops_the_daemon() {
-    if !require_root("sigterm_to_quickstart_stops_the_daemon") {
-        return;
-    }
+    require_root("sigterm_to_quickstart_stops_the_daemon");
     quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGTERM);
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigint_to_quickstart_stops_the_daemon() {
-    if !require_root("sigint_to_quickstart_stops_the_daemon") {
-        return;
-    }
+    require_root("sigint_to_quickstart_stops_the_daemon");
     quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGINT);
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_tracking_log_the_machine_cannot_grant_is_a_located_config_error() {
-    if !require_root("a_tracking_log_the_machine_cannot_grant") {
-        return;
-    }
+    require_root("a_tracking_log_the_machine_cannot_grant");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flightrec.toml");
     let text =

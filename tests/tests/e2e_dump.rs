@@ -32,10 +32,9 @@ fn samples_per_cpu(path: &Path) -> BTreeMap<u64, u64> {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn dump_writes_a_snapshot_perf_reads_with_the_counts_it_reports() {
-    if !require_root("dump_writes_a_snapshot_perf_reads") {
-        return;
-    }
+    require_root("dump_writes_a_snapshot_perf_reads");
     let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
     let _load = Load::start();
     std::thread::sleep(Duration::from_millis(500));
@@ -85,10 +84,9 @@ fn dump_writes_a_snapshot_perf_reads_with_the_counts_it_reports() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigusr2_list_compress_rotate_status_and_watch() {
-    if !require_root("sigusr2_list_compress_rotate_status_and_watch") {
-        return;
-    }
+    require_root("sigusr2_list_compress_rotate_status_and_watch");
     let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
     let _load = Load::start();
     std::thread::sleep(Duration::from_millis(300));
@@ -190,10 +188,9 @@ fn sigusr2_list_compress_rotate_status_and_watch() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn bad_labels_and_ids_are_invalid_arguments() {
-    if !require_root("bad_labels_and_ids_are_invalid_arguments") {
-        return;
-    }
+    require_root("bad_labels_and_ids_are_invalid_arguments");
     let d = Daemon::start("");
     for label in ["../etc/passwd", "a/b", "..", ".hidden", "x y"] {
         let out = d.snapctl(&["--json", "dump", "--label", label]);
@@ -221,10 +218,9 @@ fn bad_labels_and_ids_are_invalid_arguments() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn an_unprivileged_client_is_refused_with_a_clear_message() {
-    if !require_root("an_unprivileged_client_is_refused") {
-        return;
-    }
+    require_root("an_unprivileged_client_is_refused");
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let d = Daemon::start("");
@@ -283,10 +279,9 @@ fn an_unprivileged_client_is_refused_with_a_clear_message() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn reload_applies_a_good_config_and_rejects_a_bad_one() {
-    if !require_root("reload_applies_a_good_config_and_rejects_a_bad_one") {
-        return;
-    }
+    require_root("reload_applies_a_good_config_and_rejects_a_bad_one");
     let d = Daemon::start("[retention]\nmax_snapshots = 10\n");
     let text = std::fs::read_to_string(&d.config).unwrap();
 
@@ -346,10 +341,9 @@ fn reload_applies_a_good_config_and_rejects_a_bad_one() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigterm_finishes_the_dump_under_way_and_removes_the_socket() {
-    if !require_root("sigterm_finishes_the_dump_under_way") {
-        return;
-    }
+    require_root("sigterm_finishes_the_dump_under_way");
     let mut d =
         Daemon::start("[snapshot]\npost_trigger_delay = \"500ms\"\ncompression = \"none\"\n");
     let client = d
@@ -452,10 +446,9 @@ fn bad_config_exits_2_with_line_and_column() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn post_trigger_delay_and_compress_on_demand() {
-    if !require_root("post_trigger_delay_and_compress_on_demand") {
-        return;
-    }
+    require_root("post_trigger_delay_and_compress_on_demand");
     let d = Daemon::start(
         "[snapshot]\ncompression = \"none\"\npost_trigger_delay = \"400ms\"\nmin_interval = \"0s\"\n",
     );

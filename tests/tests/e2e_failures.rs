@@ -85,10 +85,9 @@ fn fill(dir: &Path, keep: u64) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn disk_full_during_a_dump_is_resource_exhausted_and_recoverable() {
-    if !require_root("disk_full_during_a_dump") {
-        return;
-    }
+    require_root("disk_full_during_a_dump");
     let dir = tempfile::tempdir().unwrap();
     let snapshots = dir.path().join("snapshots");
     let _tmpfs = Tmpfs::mount(&snapshots, "3m");
@@ -156,10 +155,9 @@ fn disk_full_during_a_dump_is_resource_exhausted_and_recoverable() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn kill_9_during_a_dump_leaves_nothing_partial_after_restart() {
-    if !require_root("kill_9_during_a_dump") {
-        return;
-    }
+    require_root("kill_9_during_a_dump");
     // Big rings and a slow zstd level: the write takes long enough to be
     // caught in the act.
     let mut d =
@@ -230,10 +228,9 @@ fn kill_9_during_a_dump_leaves_nothing_partial_after_restart() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_second_daemon_on_a_live_socket_refuses_to_start() {
-    if !require_root("a_second_daemon_on_a_live_socket") {
-        return;
-    }
+    require_root("a_second_daemon_on_a_live_socket");
     let d = Daemon::start("");
     let out = Command::new(bin_path("flightrecd"))
         .arg("--config")
@@ -254,10 +251,9 @@ fn a_second_daemon_on_a_live_socket_refuses_to_start() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_missing_socket_group_is_a_clear_start_error() {
-    if !require_root("a_missing_socket_group") {
-        return;
-    }
+    require_root("a_missing_socket_group");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flightrec.toml");
     let text = test_config(dir.path(), "").replace(
@@ -294,10 +290,9 @@ fn a_missing_socket_group_is_a_clear_start_error() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn systemd_is_told_ready_once_listening_and_stopping_on_sigterm() {
-    if !require_root("systemd_is_told_ready") {
-        return;
-    }
+    require_root("systemd_is_told_ready");
     use std::os::unix::net::UnixDatagram;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flightrec.toml");

@@ -110,10 +110,9 @@ fn tracking(d: &Daemon) -> Value {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast() {
-    if !require_root("fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast") {
-        return;
-    }
+    require_root("fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast");
     let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
     let pid = d.pid();
     // Let start-up settle (the /proc seed, the first drains).
@@ -178,10 +177,9 @@ fn fork_storm_over_many_exec_maps_keeps_dumps_small_and_fast() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn idle_children_sharing_many_maps_do_not_amplify_the_snapshot() {
-    if !require_root("idle_children_sharing_many_maps_do_not_amplify_the_snapshot") {
-        return;
-    }
+    require_root("idle_children_sharing_many_maps_do_not_amplify_the_snapshot");
     const CHILDREN: usize = 500;
     let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
     std::thread::sleep(Duration::from_millis(500));

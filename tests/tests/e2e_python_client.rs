@@ -5,10 +5,9 @@ use flightrec_tests::{Daemon, PythonClient, require_root};
 use serde_json::Value;
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn grpc_python_calls_every_rpc_on_the_unix_socket() {
-    if !require_root("grpc_python_calls_every_rpc") {
-        return;
-    }
+    require_root("grpc_python_calls_every_rpc");
     let Some(python) = PythonClient::find("grpc_python_calls_every_rpc") else {
         return;
     };

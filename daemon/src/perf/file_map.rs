@@ -1,5 +1,5 @@
-//! Writable mappings of the snapshot output file (seed 01: write through a
-//! mapped file grown in large chunks instead of many write() calls). A shared
+//! Writable mappings of the snapshot output file: it is written through a
+//! mapping grown in large chunks instead of with many write() calls. A shared
 //! file mapping is memory the kernel's page cache also owns, so the `unsafe`
 //! it takes lives here with the other kernel-facing code.
 

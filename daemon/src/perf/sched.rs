@@ -116,20 +116,11 @@ pub fn current_thread_policy() -> io::Result<i32> {
 mod tests {
     use super::*;
 
-    fn is_root() -> bool {
-        nix::unistd::geteuid().is_root()
-    }
-
     #[test]
+    #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
     fn guard_raises_this_thread_and_the_rayon_workers_then_restores_them() {
-        if !is_root() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "needs root (CAP_SYS_NICE) and CI=true forbids skipping"
-            );
-            eprintln!("skipped: not root");
-            return;
-        }
+        // CAP_SYS_NICE.
+        flightrec_tests::require_root("guard_raises_this_thread_and_the_rayon_workers");
         let workers = || rayon::broadcast(|_| current_thread_policy().unwrap());
         let before = workers();
         assert!(before.iter().all(|&p| p == libc::SCHED_OTHER), "{before:?}");

@@ -3,14 +3,15 @@
 //! a [`Capture`].
 //!
 //! A capture pauses each CPU's ring only for a memcpy of its used bytes
-//! (CPUs in parallel, seed 05), resumes it, and only then walks the copy:
+//! (CPUs in parallel), resumes it, and only then walks the copy:
 //! `data_head` is re-read after the copy, and if a writer that was already
 //! past the pause check moved it by `d` bytes, the oldest `d` bytes of the
-//! window are not trusted (RING.md). The tracking rings are drained after
-//! the sample rings resume, so the log covers every sample of the window;
-//! the window's tracking records are found by the size-at-end backward walk
-//! over the log, and the process state at the window start from the newest
-//! checkpoint of the process table before it (tracking/log.rs).
+//! window are not trusted: it overwrote them as it finished (the pause only
+//! stops writers that have not yet passed its check). The tracking rings
+//! are drained after the sample rings resume, so the log covers every sample
+//! of the window; the window's tracking records are found by the size-at-end
+//! backward walk over the log, and the process state at the window start
+//! from the newest checkpoint of the process table the log keeps before it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -28,8 +28,8 @@ pub use start::{EventInfo, StartError};
 /// (`PERF_EVENT_IOC_ID`) of each of its per-CPU fds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventDescriptor {
-    /// As written in the config, e.g. `sched:sched_switch`; the tracking event
-    /// is named `dummy:tracking`... by the capture side.
+    /// As written in the config, e.g. `sched:sched_switch`; the capture names
+    /// the tracking event `dummy:HG`, as perf names its own when run as root.
     pub name: String,
     pub attr: EventAttr,
     pub ids: Vec<u64>,

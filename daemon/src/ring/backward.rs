@@ -4,7 +4,7 @@
 //!
 //! The kernel writes each record at `head -= size`, so the newest record
 //! starts at `data_head & mask` and older ones follow at higher addresses,
-//! wrapping at the end of the data area (RING.md). Sizes live only in the
+//! wrapping at the end of the data area. Sizes live only in the
 //! headers, so the oldest intact record is found by walking forward from
 //! the newest one, as perf's `overwrite_rb_find_range` does, but checking
 //! every header perf trusts blindly.

@@ -29,6 +29,13 @@ impl<'a> Records<'a> {
         self.offset
     }
 
+    /// Walks the rest of the records and returns where the valid ones end:
+    /// the length of the longest prefix of the slice made of whole records.
+    pub fn intact_len(mut self) -> usize {
+        while let Some(Ok(_)) = self.next() {}
+        self.offset
+    }
+
     fn next_record(&self) -> Result<(RecordHeader, &'a [u8]), CorruptionReason> {
         let rest = &self.bytes[self.offset..];
         let remaining = rest.len() as u64;
@@ -90,6 +97,8 @@ mod tests {
         assert_eq!(got[0].1, &a[..]);
         assert_eq!(got[1].1, &b[..]);
         assert_eq!(records(&[]).count(), 0);
+        assert_eq!(records(&bytes).intact_len(), bytes.len());
+        assert_eq!(records(&bytes[..bytes.len() - 1]).intact_len(), a.len());
     }
 
     #[test]

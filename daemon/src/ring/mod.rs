@@ -7,7 +7,9 @@
 //! - [`size_at_end`]: the daemon's own overwrite ring whose records carry a
 //!   trailing size, walked backward from the newest (the tracking log).
 //! - [`records`]: iterate records laid out one after another, as
-//!   [`backward::copy_range`] leaves them.
+//!   [`backward::copy_range`] leaves them. It is the one walk over linear
+//!   records: the snapshot writer's intact lengths, compression groups and
+//!   sample counts are all made with it.
 //!
 //! All three validate every header they read with the same rules and report
 //! what they cannot trust as a [`Corruption`] instead of panicking.

@@ -1,5 +1,5 @@
-//! The daemon's own overwrite ring, framed with a trailing size per record
-//! (seed 02), so it can be walked backward from the newest record.
+//! The daemon's own overwrite ring, framed with a trailing size per record,
+//! so it can be walked backward from the newest record.
 //!
 //! The tracking log keeps drained kernel tracking records here. A snapshot
 //! needs the records of its time window, which are the newest ones: walking
@@ -11,7 +11,7 @@
 //! Layout: each frame is the record (a kernel record, `header.size` bytes, a
 //! multiple of 8) followed by an 8-byte little-endian `u64` trailer equal to
 //! `header.size` (the record alone, not the trailer). A `u64` rather than
-//! the seed's `u16` keeps every frame 8-aligned, so headers and trailers are
+//! a `u16` keeps every frame 8-aligned, so headers and trailers are
 //! never split at the end of the buffer; record bodies may be, and are then
 //! copied out.
 
@@ -221,8 +221,8 @@ impl SizeAtEndRing {
 }
 
 /// Walks a size-at-end framed buffer backward from the newest record,
-/// checking each trailer as the seed does and each header as every ring
-/// walk does. The first frame that fails ends the walk with a
+/// checking that each trailer is nonzero while older records remain and
+/// equals its header's size, and each header as every ring walk does. The first frame that fails ends the walk with a
 /// [`Corruption`] whose offset counts bytes back from `end`.
 #[derive(Debug, Clone)]
 pub struct WalkBack<'a> {

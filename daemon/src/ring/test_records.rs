@@ -31,3 +31,21 @@ pub fn kernel_record(max: u16) -> impl Strategy<Value = Vec<u8>> {
         },
     )
 }
+
+/// Bytes to put after whole records: garbage, or a record that only the
+/// walker's checks reject (a type the kernel does not write, or a size
+/// that is not a multiple of 8) followed by a good one.
+pub fn suspect_tail() -> impl Strategy<Value = Vec<u8>> {
+    let bad_type = prop_oneof![Just(0u32), record_type::KERNEL_MAX + 1..200];
+    let unaligned = (1u16..8).prop_map(|words| words * 8 + 4);
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        (bad_type, kernel_record(64))
+            .prop_map(|(type_, good)| [record(type_, 16, 0), good].concat()),
+        (unaligned, kernel_record(64)).prop_map(|(size, good)| [
+            record(record_type::SAMPLE, size, 0),
+            good
+        ]
+        .concat()),
+    ]
+}

@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use crate::abi::{HEADER_SIZE, RecordHeader, record_type};
+use crate::ring;
 
 /// Largest uncompressed input of one compressed record (= `mmap_len`).
 pub const MAX_RECORD_INPUT: usize = 1 << 20;
@@ -30,29 +31,23 @@ pub struct Packed {
     pub largest_input: usize,
 }
 
-/// Length of the longest prefix of `data` made of whole records.
+/// Length of the longest prefix of `data` made of whole, valid records
+/// (as [`ring::records`] validates them).
 pub fn intact_len(data: &[u8]) -> usize {
-    let mut pos = 0;
-    while let Some(h) = RecordHeader::parse(&data[pos..]) {
-        let size = usize::from(h.size);
-        if size < HEADER_SIZE || size > data.len() - pos {
-            break;
-        }
-        pos += size;
-    }
-    pos
+    ring::records(data).intact_len()
 }
 
 /// End of the longest run of whole records from `start` no longer than
-/// `target` bytes (at least one record). `data` must be whole records.
+/// `target` bytes (at least one record). `data[start..]` must be whole
+/// valid records ([`intact_len`] of it is its length), so every call moves
+/// past `start` unless `start` is the end.
 fn group_end(data: &[u8], start: usize, target: usize) -> usize {
     let mut end = start;
-    while let Some(h) = RecordHeader::parse(&data[end..]) {
-        let size = usize::from(h.size).max(HEADER_SIZE);
-        if end > start && end + size - start > target {
+    for (_, record) in ring::records(&data[start..]).map_while(Result::ok) {
+        if end > start && end + record.len() - start > target {
             break;
         }
-        end = (end + size).min(data.len());
+        end += record.len();
     }
     end
 }
@@ -131,29 +126,35 @@ pub fn split_jobs(data: &[u8]) -> Vec<&[u8]> {
     jobs
 }
 
+/// The records packed in `bytes` (COMPRESSED records unpacked, others as
+/// they are) and the largest uncompressed payload of one record. COMPRESSED
+/// records are not 8-aligned, so this walks headers itself; tests only.
+#[cfg(test)]
+pub(crate) fn unpack(bytes: &[u8]) -> (Vec<u8>, usize) {
+    let mut out = Vec::new();
+    let mut largest = 0;
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let h = RecordHeader::parse(&bytes[pos..]).unwrap();
+        let r = &bytes[pos..pos + usize::from(h.size)];
+        if h.type_ == record_type::COMPRESSED {
+            let d = zstd::decode_all(&r[8..]).unwrap();
+            largest = largest.max(d.len());
+            out.extend_from_slice(&d);
+        } else {
+            out.extend_from_slice(r);
+        }
+        pos += usize::from(h.size);
+    }
+    (out, largest)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::ring::test_records::record;
+    use proptest::prelude::*;
 
-    fn unpack(bytes: &[u8]) -> (Vec<u8>, usize) {
-        let mut out = Vec::new();
-        let mut largest = 0;
-        let mut pos = 0;
-        while pos < bytes.len() {
-            let h = RecordHeader::parse(&bytes[pos..]).unwrap();
-            let r = &bytes[pos..pos + usize::from(h.size)];
-            if h.type_ == record_type::COMPRESSED {
-                let d = zstd::decode_all(&r[8..]).unwrap();
-                largest = largest.max(d.len());
-                out.extend_from_slice(&d);
-            } else {
-                out.extend_from_slice(r);
-            }
-            pos += usize::from(h.size);
-        }
-        (out, largest)
-    }
+    use super::*;
+    use crate::ring::test_records::{kernel_record, record, suspect_tail};
 
     #[test]
     fn packs_large_compressible_data_under_the_cap_and_round_trips() {
@@ -210,5 +211,55 @@ mod tests {
         assert_eq!(jobs.concat(), data);
         let p = pack_all(&jobs, 1).unwrap();
         assert_eq!(unpack(&p.bytes).0, data);
+    }
+
+    #[test]
+    fn records_the_walker_rejects_end_the_intact_prefix() {
+        let good = record(record_type::SAMPLE, 16, 1);
+        for bad in [record(0, 8, 0), record(record_type::SAMPLE, 12, 0)] {
+            let data = [good.clone(), bad, good.clone()].concat();
+            assert_eq!(intact_len(&data), good.len());
+            assert_eq!(split_jobs(&data), [&good[..]]);
+        }
+    }
+
+    proptest! {
+        /// intact_len, group_end and split_jobs see the records the walker
+        /// yields: same ends, same boundaries.
+        #[test]
+        fn derived_helpers_agree_with_the_walker(
+            good in prop::collection::vec(kernel_record(512), 0..40),
+            tail in suspect_tail(),
+            target in 0usize..4096,
+        ) {
+            let data = [good.concat(), tail].concat();
+            let mut boundaries = vec![0];
+            for (_, r) in ring::records(&data).map_while(Result::ok) {
+                boundaries.push(boundaries.last().unwrap() + r.len());
+            }
+            let intact = *boundaries.last().unwrap();
+            prop_assert!(intact >= good.concat().len());
+            prop_assert_eq!(intact_len(&data), intact);
+
+            let whole = &data[..intact];
+            for (i, &start) in boundaries.iter().enumerate().take(boundaries.len() - 1) {
+                let end = group_end(whole, start, target);
+                let at = boundaries.iter().position(|&b| b == end);
+                prop_assert!(at.is_some_and(|at| at > i), "{start}..{end} not a record run");
+                // No longer than target unless one record; no room for the next.
+                prop_assert!(end - start <= target || end == boundaries[i + 1]);
+                if let Some(&next) = boundaries.get(at.unwrap() + 1) {
+                    prop_assert!(next - start > target);
+                }
+            }
+
+            let jobs = split_jobs(&data);
+            prop_assert_eq!(jobs.concat(), whole);
+            let mut pos = 0;
+            for job in jobs {
+                pos += job.len();
+                prop_assert!(boundaries.contains(&pos));
+            }
+        }
     }
 }

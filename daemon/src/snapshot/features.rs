@@ -1,5 +1,5 @@
-//! Feature sections of a perf.data file (tools/perf/util/header.c layouts,
-//! as PERFDATA.md lists them). Pure encoders: bytes out.
+//! Feature sections of a perf.data file, in the layouts perf's
+//! tools/perf/util/header.c reads them. Pure encoders: bytes out.
 
 use crate::recorder::EventDescriptor;
 use crate::recorder::host::{HostInfo, TracingSource};

@@ -7,7 +7,8 @@
 //! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
 //! - [`reader`]: reading a written snapshot back, to compress it later;
 //! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
-//!   atomic rename), [`output::write_snapshot`], [`output::compress_snapshot`].
+//!   atomic rename): [`output::write_snapshot`] and
+//!   [`output::compress_snapshot`].
 
 pub mod compress;
 pub mod features;
@@ -15,5 +16,5 @@ pub mod output;
 pub mod perfdata;
 pub mod reader;
 pub mod synth;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;

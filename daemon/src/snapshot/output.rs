@@ -3,15 +3,15 @@
 //! The file is created as `.<name>.tmp-<pid>-<n>` in the output directory
 //! (see [`is_temp_file_name`]: the store removes such leftovers of a crash),
 //! written through a shared memory map grown in chunks of up to 64 MiB
-//! (seed 01: copies instead of many `write()` calls), truncated to its exact
-//! length, fsync'ed, renamed to its final name (never over an existing
-//! file) and the directory fsync'ed. Each chunk's blocks are reserved with
+//! (one copy into memory per piece instead of a `write()` call each),
+//! truncated to its exact length, fsync'ed, renamed to its final name
+//! (never over an existing file) and the directory fsync'ed. Each chunk's blocks are reserved with
 //! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
 //! error here instead of a SIGBUS when a page of the map is first touched.
 //! On any error the temporary file is removed and the error names the file.
 //!
 //! Writing is meant to run on its own thread after the capture returned:
-//! the capture never waits on the disk (seed 03).
+//! the capture never waits on the disk.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -253,88 +253,6 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
     })
 }
 
-/// A snapshot to write and where to send the outcome.
-struct WriteJob {
-    capture: Capture,
-    opts: WriteOptions,
-    dir: PathBuf,
-    file_name: String,
-    done: crossbeam_channel::Sender<Result<WrittenSnapshot, SnapshotError>>,
-}
-
-/// Writes snapshots one after the other on a thread of its own, so the
-/// thread that captured never waits for encoding, compression or the disk.
-/// Dropping it finishes the queued snapshots, then joins the thread.
-#[derive(Debug)]
-pub struct SnapshotWriter {
-    jobs: Option<crossbeam_channel::Sender<WriteJob>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for WriteJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteJob")
-            .field("dir", &self.dir)
-            .field("file_name", &self.file_name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SnapshotWriter {
-    pub fn spawn() -> io::Result<Self> {
-        let (tx, rx) = crossbeam_channel::unbounded::<WriteJob>();
-        let thread = std::thread::Builder::new()
-            .name("snapshot-writer".into())
-            .spawn(move || {
-                for job in rx {
-                    let result = write_snapshot(&job.capture, &job.opts, &job.dir, &job.file_name);
-                    // The submitter may have stopped waiting: nothing to do.
-                    let _ = job.done.send(result);
-                }
-            })?;
-        Ok(Self {
-            jobs: Some(tx),
-            thread: Some(thread),
-        })
-    }
-
-    /// Queues `capture` for [`write_snapshot`]; the outcome arrives on the
-    /// returned channel.
-    pub fn submit(
-        &self,
-        capture: Capture,
-        opts: WriteOptions,
-        dir: PathBuf,
-        file_name: String,
-    ) -> crossbeam_channel::Receiver<Result<WrittenSnapshot, SnapshotError>> {
-        let (done, outcome) = crossbeam_channel::bounded(1);
-        let job = WriteJob {
-            capture,
-            opts,
-            dir,
-            file_name,
-            done,
-        };
-        if let Some(jobs) = &self.jobs
-            && let Err(crossbeam_channel::SendError(job)) = jobs.send(job)
-        {
-            // The thread is gone (it panicked): write here rather than lose it.
-            let result = write_snapshot(&job.capture, &job.opts, &job.dir, &job.file_name);
-            let _ = job.done.send(result);
-        }
-        outcome
-    }
-}
-
-impl Drop for SnapshotWriter {
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Writes `data` under a temporary name in `dir`, then renames it to
 /// `name` (replacing an existing file only if `replace`). Returns the size.
 fn put_file(
@@ -561,7 +479,7 @@ mod tests {
     }
 
     #[test]
-    fn writer_thread_writes_queued_snapshots_in_order() {
+    fn snapshots_are_written_and_an_existing_name_is_refused() {
         use crate::snapshot::testing::{
             SCHED_SWITCH_FORMAT, SyntheticSpec, synthetic_capture, synthetic_host,
         };
@@ -570,19 +488,18 @@ mod tests {
             compression: Some(1),
             host: Some(std::sync::Arc::new(synthetic_host(SCHED_SWITCH_FORMAT))),
         };
-        let writer = SnapshotWriter::spawn().unwrap();
-        let outcomes: Vec<_> = ["a.data", "b.data", "a.data"]
+        let capture = synthetic_capture(&SyntheticSpec::default());
+        let results: Vec<_> = ["a.data", "b.data", "a.data"]
             .iter()
-            .map(|name| {
-                let capture = synthetic_capture(&SyntheticSpec::default());
-                writer.submit(capture, opts.clone(), dir.path().into(), (*name).into())
-            })
+            .map(|name| write_snapshot(&capture, &opts, dir.path(), name))
             .collect();
-        let results: Vec<_> = outcomes.iter().map(|o| o.recv().unwrap()).collect();
         assert_eq!(results[0].as_ref().unwrap().summary.samples, 400);
+        let first = std::fs::read(dir.path().join("a.data")).unwrap();
+        assert_eq!(first.len() as u64, results[0].as_ref().unwrap().bytes);
         assert!(dir.path().join("b.data").exists());
         assert!(matches!(results[2], Err(SnapshotError::Exists { .. })));
-        drop(writer);
+        // The refused write left the first file as it was.
+        assert_eq!(std::fs::read(dir.path().join("a.data")).unwrap(), first);
     }
 
     #[test]

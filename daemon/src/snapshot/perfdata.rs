@@ -2,7 +2,7 @@
 //! [`HostInfo`] in, the file's bytes out, as a list of segments so the
 //! sample records are copied once, from the capture into the output file.
 //!
-//! Layout (PERFDATA.md): `header | id arrays | attrs | data | feature index |
+//! Layout: `header | id arrays | attrs | data | feature index |
 //! feature bodies`. The data section holds, in this order:
 //! 1. synthesized state at the window's start: the kernel MMAP, then COMM
 //!    and MMAP2 of every known thread, stamped `window_start_ns - 1`;
@@ -21,9 +21,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::abi::{
-    ATTR_SIZE, HEADER_SIZE, RecordHeader, attr_flag, event_type, get_u64, record_type, sw_event,
-};
+use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sw_event};
 
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
@@ -34,6 +32,23 @@ use crate::recorder::{Capture, EventDescriptor};
 /// Size of the PERFILE2 header.
 pub const FILE_HEADER_SIZE: usize = 104;
 pub const MAGIC: &[u8; 8] = b"PERFILE2";
+/// Offset of the header's 256-bit feature bitmap (`adds_features`).
+pub const FEATURE_BITMAP_OFFSET: usize = 0x48;
+
+/// Whether `header`, the first bytes of a file, is a PERFILE2 header with
+/// feature `bit` set. A prefix too short to hold that bit says no.
+pub fn has_feature(header: &[u8], bit: u32) -> bool {
+    header.starts_with(MAGIC)
+        && header
+            .get(FEATURE_BITMAP_OFFSET + (bit / 8) as usize)
+            .is_some_and(|byte| byte & (1 << (bit % 8)) != 0)
+}
+
+/// Whether `header` is that of a compressed perf.data file (the COMPRESSED
+/// feature is set).
+pub fn is_compressed(header: &[u8]) -> bool {
+    has_feature(header, bit::COMPRESSED)
+}
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -137,27 +152,23 @@ pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
         .or_else(|| events.len().checked_sub(1))
 }
 
-/// Walks whole records, returning (intact length, SAMPLE count, sum of the
-/// `lost` fields of LOST records).
+/// Walks the whole, valid records ([`crate::ring::records`]), returning
+/// (intact length, SAMPLE count, sum of the `lost` fields of LOST records).
 fn scan_records(data: &[u8]) -> (usize, u64, u64) {
-    let mut pos = 0;
+    let mut walk = crate::ring::records(data);
     let mut samples = 0;
     let mut lost = 0u64;
-    while let Some(h) = RecordHeader::parse(&data[pos..]) {
-        let size = usize::from(h.size);
-        if size < HEADER_SIZE || size > data.len() - pos {
-            break;
-        }
-        match h.type_ {
+    for (header, record) in walk.by_ref().map_while(Result::ok) {
+        match header.type_ {
             record_type::SAMPLE => samples += 1,
-            record_type::LOST if size >= 24 => {
-                lost = lost.saturating_add(get_u64(data, pos + 16));
+            // header, id, lost
+            record_type::LOST if record.len() >= 24 => {
+                lost = lost.saturating_add(get_u64(record, 16));
             }
             _ => {}
         }
-        pos += size;
     }
-    (pos, samples, lost)
+    (walk.offset(), samples, lost)
 }
 
 fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError> {
@@ -422,7 +433,7 @@ pub fn file_header(attrs: (u64, u64), data: (u64, u64), feature_bits: &[u32]) ->
     // event_types {0, 0} at 0x38
     for &b in feature_bits {
         if b < bit::BITMAP_BITS {
-            h[0x48 + (b / 8) as usize] |= 1 << (b % 8);
+            h[FEATURE_BITMAP_OFFSET + (b / 8) as usize] |= 1 << (b % 8);
         }
     }
     h
@@ -679,10 +690,57 @@ mod tests {
             let bytes = data.to_vec();
             proptest::prop_assert_eq!(bytes.len() as u64, data.len());
             let parsed = crate::snapshot::reader::parse(&bytes).unwrap();
-            proptest::prop_assert_eq!(
-                crate::snapshot::compress::intact_len(parsed.data),
-                parsed.data.len()
-            );
+            // COMPRESSED records are not 8-aligned (perf does not pad them):
+            // check the records they hold.
+            let records = match level {
+                Some(_) => compress::unpack(parsed.data).0,
+                None => parsed.data.to_vec(),
+            };
+            proptest::prop_assert_eq!(compress::intact_len(&records), records.len());
+        }
+    }
+
+    #[test]
+    fn compressed_flag_is_read_from_the_written_header() {
+        let plain = file_header((104, 0), (104, 0), &[bit::HOSTNAME, bit::CMDLINE]);
+        let packed = file_header((104, 0), (104, 0), &[bit::HOSTNAME, bit::COMPRESSED]);
+        assert!(!is_compressed(&plain));
+        assert!(is_compressed(&packed));
+        assert!(has_feature(&packed, bit::HOSTNAME));
+        // The bit is at byte 0x48 + 3: a prefix up to it is enough.
+        assert!(is_compressed(&packed[..FEATURE_BITMAP_OFFSET + 4]));
+        assert!(!is_compressed(&packed[..FEATURE_BITMAP_OFFSET + 3]));
+        let mut not_perf = packed;
+        not_perf[0] = b'X';
+        assert!(!is_compressed(&not_perf));
+    }
+
+    #[test]
+    fn scan_stops_at_a_record_the_walker_rejects() {
+        use crate::ring::test_records::record;
+        let sample = record(record_type::SAMPLE, 16, 1);
+        for bad in [record(0, 8, 0), record(record_type::SAMPLE, 12, 0)] {
+            let data = [sample.clone(), bad, sample.clone()].concat();
+            assert_eq!(scan_records(&data), (sample.len(), 1, 0));
+        }
+    }
+
+    proptest::proptest! {
+        /// scan_records counts over exactly the records the walker yields.
+        #[test]
+        fn scan_agrees_with_the_walker(
+            good in proptest::collection::vec(crate::ring::test_records::kernel_record(256), 0..40),
+            tail in crate::ring::test_records::suspect_tail(),
+        ) {
+            let data = [good.concat(), tail].concat();
+            let walked: Vec<_> = crate::ring::records(&data).map_while(Result::ok).collect();
+            let len = walked.iter().map(|(_, r)| r.len()).sum::<usize>();
+            let samples = walked.iter().filter(|(h, _)| h.type_ == record_type::SAMPLE).count();
+            let lost = walked
+                .iter()
+                .filter(|(h, r)| h.type_ == record_type::LOST && r.len() >= 24)
+                .fold(0u64, |sum, (_, r)| sum.saturating_add(get_u64(r, 16)));
+            proptest::prop_assert_eq!(scan_records(&data), (len, samples as u64, lost));
         }
     }
 

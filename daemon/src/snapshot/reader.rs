@@ -12,8 +12,8 @@ use crate::abi::get_u64;
 use super::compress;
 use super::features::{self, bit};
 use super::perfdata::{
-    CompressionSummary, DataSummary, FILE_HEADER_SIZE, MAGIC, PerfData, check_level, feature_index,
-    file_header,
+    CompressionSummary, DataSummary, FEATURE_BITMAP_OFFSET, FILE_HEADER_SIZE, MAGIC, PerfData,
+    check_level, feature_index, file_header,
 };
 
 #[derive(Debug, Error)]
@@ -93,7 +93,7 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedFile<'_>, ReadError> {
             len: bytes.len() as u64,
         });
     }
-    let bitmap = &bytes[0x48..0x68];
+    let bitmap = &bytes[FEATURE_BITMAP_OFFSET..FEATURE_BITMAP_OFFSET + 32];
     let bits: Vec<u32> = (0..bit::BITMAP_BITS)
         .filter(|b| bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0)
         .collect();
@@ -202,7 +202,7 @@ pub fn recompress_file(file: &std::fs::File, level: i32) -> Result<PerfData<'sta
         });
     }
     let before_data = read("attrs", 0, data_offset)?;
-    let bitmap = &header[0x48..0x68];
+    let bitmap = &header[FEATURE_BITMAP_OFFSET..FEATURE_BITMAP_OFFSET + 32];
     let bits: Vec<u32> = (0..bit::BITMAP_BITS)
         .filter(|b| bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0)
         .collect();

@@ -134,9 +134,10 @@ fn meta_file_name(id: &str) -> String {
     format!(".{id}.meta")
 }
 
-/// Bit 27 (COMPRESSED) of the perf.data header's feature bitmap at 0x48.
+/// Whether a perf.data header (a prefix of at least 0x4C bytes) has the
+/// COMPRESSED feature set.
 pub fn header_says_compressed(header: &[u8]) -> bool {
-    header.len() >= 0x48 + 4 && header.starts_with(b"PERFILE2") && header[0x48 + 3] & (1 << 3) != 0
+    crate::snapshot::perfdata::is_compressed(header)
 }
 
 fn read_compressed_flag(path: &Path) -> bool {

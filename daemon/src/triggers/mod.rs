@@ -160,10 +160,6 @@ impl<W> Scheduler<W> {
         self.pending.get_or_insert_with(|| Batch::new(now)).add(t);
     }
 
-    pub fn is_running(&self) -> bool {
-        self.running
-    }
-
     pub fn poll(&mut self, now: Instant) -> Step<W> {
         if self.running {
             return Step::Busy;

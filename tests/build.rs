@@ -1,0 +1,29 @@
+//! Marks the tests that need root as ignored ("needs root" in the test
+//! summary) when they are built by a user that is not root outside CI:
+//! emits `cfg(flightrec_unprivileged)`, used as
+//! `#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]`.
+//! Under `CI=true` the cfg is never set, so a missing permission fails the
+//! test (see `flightrec_tests::require_root`). Also the build script of
+//! flightrecd, whose kernel tests need the same.
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(flightrec_unprivileged)");
+    println!("cargo::rerun-if-env-changed=CI");
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !ci && !effective_uid_is_root() {
+        println!("cargo::rustc-cfg=flightrec_unprivileged");
+    }
+}
+
+/// The effective uid (second field of `Uid:` in /proc/self/status) is 0.
+fn effective_uid_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
