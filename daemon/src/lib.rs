@@ -1,12 +1,14 @@
 //! flightrecd: a flight recorder for Linux on per-CPU perf_event rings.
 //!
-//! The modules follow the data flow:
+//! The modules follow the data flow (ARCHITECTURE.md has the details):
 //! [`perf`] (the only module that talks to the kernel, the only `unsafe`) →
 //! [`ring`] (pure walks over ring bytes) → [`tracking`] (tracking drain,
-//! tracking log, process table) → [`snapshot`] (capture, perf.data writer,
-//! compression, output file) → [`store`] (naming, listing, retention) →
-//! [`api`] (gRPC) and [`triggers`] (signals, coalescing, rate limit).
-//! [`abi`] holds the kernel's perf ABI as plain data, shared by all of them.
+//! tracking log, process table) → [`recorder`] (the live rings and the
+//! capture) → [`snapshot`] (the perf.data writer and output file) →
+//! [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
+//! the signal thread) → [`control`] (state and the one dispatcher) →
+//! [`api`] (gRPC) → [`daemon`] (start-up and shutdown). [`abi`] holds the
+//! kernel's perf ABI as plain data, shared by all of them.
 
 #![deny(unsafe_code)]
 
