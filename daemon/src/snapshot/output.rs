@@ -71,7 +71,9 @@ pub enum SnapshotError {
     Parse { path: PathBuf, source: ReadError },
 }
 
-fn is_disk_full_io(e: &io::Error) -> bool {
+/// ENOSPC or EDQUOT: the file system is full or the quota exhausted. The
+/// one test for it; the store asks it too.
+pub fn is_disk_full_io(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 

@@ -97,10 +97,7 @@ impl StoreError {
     /// ENOSPC or EDQUOT: the output directory's file system is full.
     pub fn is_disk_full(&self) -> bool {
         match self {
-            StoreError::WriteMeta { source, .. } => matches!(
-                source.raw_os_error(),
-                Some(libc::ENOSPC) | Some(libc::EDQUOT)
-            ),
+            StoreError::WriteMeta { source, .. } => output::is_disk_full_io(source),
             _ => false,
         }
     }
