@@ -186,7 +186,14 @@ fn kill_9_during_a_dump_leaves_nothing_partial_after_restart() {
                 .find(|n| n.contains(".perf.data.tmp-"));
             if let Some(temp) = temp {
                 d.kill9();
-                caught = Some(temp);
+                // The temporary file lives only for the copy, fsync and
+                // rename: the rename may win the race with the kill. Then
+                // nothing was caught; start again and retry.
+                if d.output.join(&temp).exists() {
+                    caught = Some(temp);
+                } else {
+                    d.spawn();
+                }
                 break;
             }
             if client.try_wait().unwrap().is_some() {
