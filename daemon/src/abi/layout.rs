@@ -148,21 +148,9 @@ impl RecordLayouts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::RecordHeader;
 
     fn record(type_: u32, words: &[u64]) -> Vec<u8> {
-        let size = u16::try_from(8 + 8 * words.len()).unwrap();
-        let mut r = RecordHeader {
-            type_,
-            misc: 0,
-            size,
-        }
-        .to_bytes()
-        .to_vec();
-        for w in words {
-            r.extend_from_slice(&w.to_le_bytes());
-        }
-        r
+        crate::ring::test_records::with_words(type_, words)
     }
 
     const TRACEPOINT: u64 =

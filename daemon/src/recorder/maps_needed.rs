@@ -53,18 +53,8 @@ mod tests {
     use super::*;
 
     fn sample(id: u64, time: u64) -> Vec<u8> {
-        let mut r = crate::abi::RecordHeader {
-            type_: crate::abi::record_type::SAMPLE,
-            misc: 0,
-            size: 40,
-        }
-        .to_bytes()
-        .to_vec();
         // identifier, tid, time, cpu
-        for w in [id, 1, time, 0] {
-            r.extend_from_slice(&w.to_le_bytes());
-        }
-        r
+        crate::ring::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
     }
 
     #[test]

@@ -16,6 +16,22 @@ pub fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
     r
 }
 
+/// A record whose payload is `words`, little-endian.
+pub fn with_words(type_: u32, words: &[u64]) -> Vec<u8> {
+    let size = u16::try_from(HEADER_SIZE + 8 * words.len()).expect("a record under 64 KiB");
+    let mut r = RecordHeader {
+        type_,
+        misc: 0,
+        size,
+    }
+    .to_bytes()
+    .to_vec();
+    for w in words {
+        r.extend_from_slice(&w.to_le_bytes());
+    }
+    r
+}
+
 /// Random kernel records: a type the kernel writes, a size that is a
 /// multiple of 8 up to `max`, random header misc and payload bytes.
 pub fn kernel_record(max: u16) -> impl Strategy<Value = Vec<u8>> {
