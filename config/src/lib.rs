@@ -12,6 +12,7 @@
 mod load;
 mod message;
 mod schema;
+mod trigger;
 mod units;
 mod validate;
 
@@ -22,6 +23,10 @@ pub use message::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, line_column, quoted, trunca
 pub use schema::{
     BuffersConfig, Compression, Config, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, DEFAULT_SOCKET_GROUP,
     DaemonConfig, EventConfig, RetentionConfig, SnapshotConfig, TrackingConfig, default_events,
+};
+pub use trigger::{
+    DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, PsiResource, PsiSpec, TriggerConfig,
+    TriggerOn, check_trigger_name,
 };
 pub use units::{ByteSize, HumanDuration};
 pub use validate::{

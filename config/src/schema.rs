@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::trigger::TriggerConfig;
 use crate::units::{ByteSize, HumanDuration};
 
 /// Where the daemon looks for its config when not told otherwise.
@@ -27,6 +28,9 @@ pub struct Config {
     /// `[[event]]` tables; a file that has none records the default events.
     #[serde(rename = "event")]
     pub events: Vec<Spanned<EventConfig>>,
+    /// `[[trigger]]` tables: conditions that dump by themselves.
+    #[serde(rename = "trigger", skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<Spanned<TriggerConfig>>,
 }
 
 /// `[daemon]`
@@ -190,6 +194,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             tracking: TrackingConfig::default(),
             events: default_events(),
+            triggers: Vec::new(),
         }
     }
 }

@@ -179,6 +179,7 @@ impl Config {
                 _ => {}
             }
         }
+        crate::trigger::validate_triggers(&self.triggers)?;
         let level = &self.snapshot.level;
         if !(1..=22).contains(level.get_ref()) {
             return Err((
