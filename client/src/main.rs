@@ -96,7 +96,7 @@ enum Command {
     /// Show events, rings, loss counters, tracking health, store usage and
     /// the last dump's timings.
     Status,
-    /// Print snapshot and loss events as they happen.
+    /// Print snapshot, loss and trigger events as they happen.
     Watch {
         /// Exit after N events.
         #[arg(long, value_name = "N")]
@@ -105,6 +105,9 @@ enum Command {
     /// Make the daemon re-read its config (a bad file is rejected and the
     /// running config kept).
     Reload,
+    /// List the configured [[trigger]] conditions: how often each fired,
+    /// dumped and was held by its rate limit, and when it last fired.
+    Triggers,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -192,6 +195,10 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Command::Status => {
             let r = answered_within(&path, timeout, client.status(pb::StatusRequest {})).await?;
             render::status(&r, json)
+        }
+        Command::Triggers => {
+            let r = answered_within(&path, timeout, client.status(pb::StatusRequest {})).await?;
+            render::triggers(&r, json)
         }
         Command::Reload => {
             let r = answered_within(&path, timeout, client.reload(pb::ReloadRequest {})).await?;

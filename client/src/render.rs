@@ -257,6 +257,7 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
             },
             "last_dump": timings_json(r.last_dump.as_ref()),
             "dumps": r.dumps,
+            "triggers": triggers_json(r),
         })
         .to_string();
     }
@@ -341,6 +342,20 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         )),
         None => out.push("dumps: none yet".into()),
     }
+    if !r.triggers.is_empty() {
+        let line = r
+            .triggers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} fired {}, dumped {}, suppressed {}",
+                    t.name, t.fired, t.dumped, t.suppressed
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        out.push(format!("triggers: {line}"));
+    }
     out.join("\n")
 }
 
@@ -369,6 +384,14 @@ pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
                 v["event"] = json!("dump_failed");
                 v["error"] = json!(f.error);
             }
+            Some(Kind::TriggerFired(t)) => {
+                v["event"] = json!("trigger_fired");
+                v["name"] = json!(t.name);
+                v["matched"] = json!(t.matched);
+                v["dumped"] = json!(t.dumped);
+                v["suppressed_by"] = json!(t.suppressed_by);
+                v["times"] = json!(t.times);
+            }
             None => v["event"] = json!("unknown"),
         }
         return v.to_string();
@@ -393,8 +416,83 @@ pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
             l.lost, l.ring, l.cpu, l.total
         ),
         Some(Kind::DumpFailed(f)) => format!("{when} dump failed: {}", f.error),
+        Some(Kind::TriggerFired(t)) => {
+            let times = if t.times > 1 {
+                format!(" ({} times)", t.times)
+            } else {
+                String::new()
+            };
+            let outcome = if t.dumped {
+                "dump queued".to_string()
+            } else {
+                format!("no dump: {}", t.suppressed_by)
+            };
+            format!(
+                "{when} trigger {} fired{times}: {}; {outcome}",
+                t.name, t.matched
+            )
+        }
         None => format!("{when} (unknown event)"),
     }
+}
+
+fn triggers_json(r: &pb::StatusReply) -> Value {
+    r.triggers
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "on": t.on,
+                "condition": t.condition,
+                "fired": t.fired,
+                "dumped": t.dumped,
+                "suppressed": t.suppressed,
+                "last_fired_unix_ns": t.last_fired_unix_ns,
+                "last_matched": t.last_matched,
+            })
+        })
+        .collect()
+}
+
+/// `snapctl triggers`: each configured trigger with its counters.
+pub fn triggers(r: &pb::StatusReply, as_json: bool) -> String {
+    if as_json {
+        return json!({ "triggers": triggers_json(r) }).to_string();
+    }
+    if r.triggers.is_empty() {
+        return "no triggers configured (add [[trigger]] tables to the config)".into();
+    }
+    let rows: Vec<Vec<String>> = r
+        .triggers
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.on.clone(),
+                t.fired.to_string(),
+                t.dumped.to_string(),
+                t.suppressed.to_string(),
+                if t.last_fired_unix_ns == 0 {
+                    "never".into()
+                } else {
+                    utc(t.last_fired_unix_ns)
+                },
+                t.condition.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "ON",
+            "FIRED",
+            "DUMPED",
+            "SUPPRESSED",
+            "LAST FIRED",
+            "CONDITION",
+        ],
+        &rows,
+    )
 }
 
 pub fn reload(r: &pb::ReloadReply, as_json: bool) -> String {

@@ -132,6 +132,20 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
         }),
         last_dump: s.last_dump.as_ref().map(timings_pb),
         dumps: s.dumps,
+        triggers: s
+            .triggers
+            .into_iter()
+            .map(|t| pb::TriggerStatus {
+                name: t.name,
+                on: t.on.into(),
+                condition: t.condition,
+                fired: t.counters.fired,
+                dumped: t.counters.dumped,
+                suppressed: t.counters.suppressed,
+                last_fired_unix_ns: t.counters.last_fired_unix_ns,
+                last_matched: t.counters.last_matched,
+            })
+            .collect(),
     }
 }
 
@@ -151,6 +165,13 @@ pub fn watch_event_pb(stamped: Stamped) -> pb::WatchEvent {
             ring: l.ring.into(),
             lost: l.lost,
             total: l.total,
+        }),
+        Event::TriggerFired(t) => Kind::TriggerFired(pb::TriggerFired {
+            name: t.name,
+            matched: t.matched,
+            dumped: t.dumped,
+            suppressed_by: t.suppressed_by.into(),
+            times: t.times,
         }),
     };
     pb::WatchEvent {

@@ -60,6 +60,7 @@ pub struct StatusReport {
     pub usage: Usage,
     pub last_dump: Option<DumpTimings>,
     pub dumps: u64,
+    pub triggers: Vec<super::conditions::TriggerStatus>,
 }
 
 /// A command's result.
@@ -226,6 +227,8 @@ impl State {
             label = label.as_deref().unwrap_or(""),
             "dump requested over the API"
         );
+        // `compress: false` asks for nothing: [snapshot] compression applies.
+        let compress = compress.then_some(true);
         match self.request_dump(TriggerKind::Api, label, compress).await {
             Ok(Outcome::Done {
                 result: Ok(done),
@@ -318,6 +321,7 @@ impl State {
             usage,
             last_dump: self.last_dump(),
             dumps: self.dumps(),
+            triggers: self.trigger_statuses(),
         })))
     }
 }

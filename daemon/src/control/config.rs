@@ -67,13 +67,17 @@ pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, Con
 }
 
 /// Everything `--check-config` verifies: syntax, values, the group, the
-/// paths, and the events (filters included) against the running kernel.
+/// paths, and the events and triggers (filters included) against the
+/// running kernel.
 /// Returns the effective config, which reads back as the same daemon.
 pub fn check_config(loaded: &LoadedConfig) -> Result<Config, ConfigError> {
     let group = resolve_group(loaded)?;
     check_paths(loaded)?;
     check_tracking_log(loaded)?;
     recorder::start::check_events(&loaded.config).map_err(|e| start_error_in_config(loaded, &e))?;
+    // Arms and drops the triggers: the kernel checks tracepoints, filters
+    // and PSI thresholds.
+    drop(super::conditions::open_conditions(loaded)?);
     Ok(effective_config(&loaded.config, group.as_ref()))
 }
 

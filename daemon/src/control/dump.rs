@@ -1,42 +1,33 @@
-//! One dump: reserve a name, capture the rings, write the snapshot, apply
-//! retention, tell the watchers; all of it off the async threads.
+//! One dump: freeze and copy the rings, then reserve a name, write the
+//! snapshot, apply retention, tell the watchers; all of it on the dump
+//! thread, off the async workers.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use flightrec_config::Compression;
 
 use super::config::retention_of;
 use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
 use crate::perf::sched::RealtimeDump;
-use crate::recorder::{CaptureError, Recorder};
+use crate::recorder::{Capture, Recorder};
 use crate::snapshot::output::{self, SnapshotError};
 use crate::snapshot::perfdata::WriteOptions;
 use crate::store::StoreError;
 use crate::triggers::DumpSpec;
 
-/// Why the capture-and-write step failed.
-#[derive(Debug, thiserror::Error)]
-enum WriteFailure {
-    #[error("capture failed: {0}")]
-    Capture(#[from] CaptureError),
-    #[error(transparent)]
-    Write(#[from] SnapshotError),
-}
-
-/// Freezes the rings, copies them out and writes `dir/file_name`
-/// atomically; `compression` is a zstd level.
-fn capture_and_write(
+/// Writes a capture to `dir/file_name` atomically; `compression` is a
+/// zstd level.
+fn write_capture(
     recorder: &Recorder,
+    capture: Capture,
+    capture_time: Duration,
     dir: &Path,
     file_name: &str,
     compression: Option<i32>,
-) -> Result<DumpOutput, WriteFailure> {
-    let started = Instant::now();
-    let capture = recorder.capture()?;
-    let capture_time = started.elapsed();
+) -> Result<DumpOutput, SnapshotError> {
     let opts = WriteOptions {
         compression,
         host: Some(recorder.host()),
@@ -52,30 +43,30 @@ fn capture_and_write(
 }
 
 impl State {
-    /// One dump, run by the dump task: all of it (file system, capture,
-    /// write, retention) on a blocking thread, off the async workers that
-    /// keep answering `Status` and friends.
-    pub(super) async fn execute_dump(self: Arc<Self>, spec: DumpSpec) -> DumpResult {
-        let state = self.clone();
-        tokio::task::spawn_blocking(move || state.dump_blocking(&spec))
-            .await
-            .unwrap_or_else(|join| {
-                Err(DumpFailure::Failed(format!(
-                    "the dump thread failed: {join}"
-                )))
-            })
-    }
-
-    fn dump_blocking(&self, spec: &DumpSpec) -> DumpResult {
+    /// One dump, run on the dump thread: the freeze first (the rings are
+    /// what the snapshot holds, and they keep overwriting until it), then
+    /// the name, the sidecar, the write, retention and Watch.
+    pub(super) fn dump_blocking(&self, spec: &DumpSpec) -> DumpResult {
         let started = Instant::now();
         let cur = self.current();
         let snap = &cur.config.config.snapshot;
-        let compression = (spec.compress || snap.compression == Compression::Zstd)
+        let compression = spec
+            .compress
+            .unwrap_or(snap.compression == Compression::Zstd)
             .then_some(*snap.level.get_ref());
         let _realtime = RealtimeDump::enter(*snap.realtime_priority.get_ref());
+        let frozen_at = SystemTime::now();
+        let captured = cur.recorder.capture();
+        let capture_time = started.elapsed();
+        let captured = match captured {
+            Ok(c) => c,
+            Err(e) => {
+                return self.dump_failed(spec, DumpFailure::Failed(format!("capture failed: {e}")));
+            }
+        };
         let reservation = cur
             .store
-            .reserve(spec.label.as_deref(), &spec.trigger, SystemTime::now())
+            .reserve(spec.label.as_deref(), &spec.trigger, frozen_at)
             .map_err(|e| match e {
                 StoreError::InvalidLabel { .. } => DumpFailure::InvalidLabel(e.to_string()),
                 e if e.is_disk_full() => DumpFailure::DiskFull(format!(
@@ -87,8 +78,14 @@ impl State {
         let result = match reservation {
             Err(f) => Err(f),
             Ok(r) => {
-                let written =
-                    capture_and_write(&cur.recorder, cur.store.dir(), &r.file_name(), compression);
+                let written = write_capture(
+                    &cur.recorder,
+                    captured,
+                    capture_time,
+                    cur.store.dir(),
+                    &r.file_name(),
+                    compression,
+                );
                 if written.is_ok() {
                     cur.store.adopt(&r);
                 }
@@ -99,7 +96,7 @@ impl State {
                     },
                     Err(e) => {
                         cur.store.abandon(&r);
-                        let disk_full = matches!(&e, WriteFailure::Write(w) if w.is_disk_full());
+                        let disk_full = e.is_disk_full();
                         Err(if disk_full {
                             DumpFailure::DiskFull(format!(
                                 "disk full in {}: {e}; older snapshots are kept, free some \
@@ -138,6 +135,7 @@ impl State {
                 );
                 *self.last_dump.lock().unwrap_or_else(|p| p.into_inner()) = Some(timings);
                 self.dumps.fetch_add(1, Ordering::Relaxed);
+                self.credit_dump(&spec.kinds);
                 self.publish(Event::SnapshotCreated(snapshot.clone()));
                 let policy = retention_of(&cur.config.config);
                 if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
@@ -149,13 +147,15 @@ impl State {
                     timings,
                 }))
             }
-            Err(f) => {
-                tracing::error!(trigger = %spec.trigger, "dump failed: {f}");
-                self.publish(Event::DumpFailed {
-                    error: f.to_string(),
-                });
-                Err(f)
-            }
+            Err(f) => self.dump_failed(spec, f),
         }
+    }
+
+    fn dump_failed(&self, spec: &DumpSpec, f: DumpFailure) -> DumpResult {
+        tracing::error!(trigger = %spec.trigger, "dump failed: {f}");
+        self.publish(Event::DumpFailed {
+            error: f.to_string(),
+        });
+        Err(f)
     }
 }

@@ -10,10 +10,12 @@
 //! - `dump`: one dump, capture then write, off the async workers;
 //! - `reload`: re-reading the config and applying what changed;
 //! - [`loss`]: the loss watcher;
+//! - [`conditions`]: the `[[trigger]]` conditions, their counters;
 //! - [`outcome`]: dump results and the events Watch streams.
 
 pub mod access;
 pub mod command;
+pub mod conditions;
 pub mod config;
 mod dump;
 pub mod loss;
@@ -22,16 +24,16 @@ mod reload;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::time::{Instant, SystemTime};
 
 use flightrec_config::LoadedConfig;
 use nix::unistd::Gid;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::recorder::Recorder;
 use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
-use crate::triggers::{self, DumpRequest, Outcome, Timing, Trigger, TriggerKind};
+use crate::triggers::{self, Message, Outcome, Timing, Trigger, TriggerKind};
 pub use config::ConfigSource;
 pub use outcome::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, Stamped};
 pub use reload::ReloadError;
@@ -48,8 +50,10 @@ pub struct Current {
 pub struct State {
     pub source: ConfigSource,
     current: RwLock<Arc<Current>>,
-    dump_tx: mpsc::UnboundedSender<DumpRequest<DumpResult>>,
-    timing_tx: watch::Sender<Timing>,
+    /// To the dump thread (sends fail once it has ended).
+    dump_tx: mpsc::Sender<Message<DumpResult>>,
+    /// The running `[[trigger]]` conditions and their counters.
+    conditions: conditions::ConditionState,
     events: broadcast::Sender<Stamped>,
     pub started: Instant,
     pub socket_path: PathBuf,
@@ -61,10 +65,11 @@ pub struct State {
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
 }
 
-/// The dump queue's receiving ends, for [`run_dumps`].
+/// The dump queue's receiving end, for [`run_dumps`].
 pub struct DumpQueue {
-    requests: mpsc::UnboundedReceiver<DumpRequest<DumpResult>>,
-    timing: watch::Receiver<Timing>,
+    requests: mpsc::Receiver<Message<DumpResult>>,
+    timing: Timing,
+    priority: u8,
 }
 
 impl State {
@@ -75,15 +80,16 @@ impl State {
         socket_path: PathBuf,
         set_log_level: Box<dyn Fn(&str) + Send + Sync>,
     ) -> (Arc<Self>, DumpQueue) {
-        let (dump_tx, requests) = mpsc::unbounded_channel();
-        let (timing_tx, timing) = watch::channel(config::timing_of(&current.config.config));
+        let (dump_tx, requests) = mpsc::channel();
+        let timing = config::timing_of(&current.config.config);
+        let priority = *current.config.config.snapshot.realtime_priority.get_ref();
         let (shutdown_tx, _) = watch::channel(false);
         let (events, _) = broadcast::channel(256);
         let state = Arc::new(State {
             source,
             current: RwLock::new(Arc::new(current)),
             dump_tx,
-            timing_tx,
+            conditions: conditions::ConditionState::default(),
             events,
             started: Instant::now(),
             socket_path,
@@ -94,7 +100,14 @@ impl State {
             reload_lock: tokio::sync::Mutex::new(()),
             set_log_level,
         });
-        (state, DumpQueue { requests, timing })
+        (
+            state,
+            DumpQueue {
+                requests,
+                timing,
+                priority,
+            },
+        )
     }
 
     pub fn current(&self) -> Arc<Current> {
@@ -116,6 +129,8 @@ impl State {
     pub fn begin_shutdown(&self, why: &str) {
         if !self.shutting_down.swap(true, Ordering::SeqCst) {
             tracing::info!("{why}: shutting down");
+            self.conditions.stop();
+            let _ = self.send_to_dumps(Message::Shutdown);
             self.shutdown_tx.send_replace(true);
         }
     }
@@ -141,27 +156,35 @@ impl State {
         });
     }
 
+    fn send_to_dumps(
+        &self,
+        message: Message<DumpResult>,
+    ) -> Result<(), mpsc::SendError<Message<DumpResult>>> {
+        self.dump_tx.send(message)
+    }
+
     /// Queues a dump; the receiver gets its result (API callers wait on
-    /// it). Callable from any thread: the queue never blocks.
+    /// it). Callable from any thread: the queue never blocks. `compress`:
+    /// None follows `[snapshot] compression`.
     pub fn request_dump(
         &self,
         kind: TriggerKind,
         label: Option<String>,
-        compress: bool,
+        compress: Option<bool>,
     ) -> oneshot::Receiver<Outcome<DumpResult>> {
         let (tx, rx) = oneshot::channel();
-        let t = Trigger {
-            kind,
-            label,
-            compress,
-            waiter: Some(tx),
-        };
-        if let Err(mpsc::error::SendError(t)) = self.dump_tx.send(t)
+        self.queue_trigger(Trigger::now(kind, label, compress, Some(tx)));
+        rx
+    }
+
+    /// Queues `t`; a trigger refused because the dump thread has ended is
+    /// answered with [`Outcome::ShuttingDown`].
+    fn queue_trigger(&self, t: triggers::DumpRequest<DumpResult>) {
+        if let Err(mpsc::SendError(Message::Trigger(t))) = self.send_to_dumps(Message::Trigger(t))
             && let Some(w) = t.waiter
         {
             let _ = w.send(Outcome::ShuttingDown);
         }
-        rx
     }
 
     /// Applies retention now; `protect` is a snapshot just written.
@@ -197,14 +220,28 @@ impl State {
     }
 }
 
-/// Serves the dump queue until shutdown: coalescing, rate limit, then one
-/// dump at a time (see [`triggers`]).
-pub async fn run_dumps(state: Arc<State>, queue: DumpQueue) {
-    let stop = state.shutdown_signal();
-    triggers::run(queue.requests, queue.timing, stop, move |spec| {
-        state.clone().execute_dump(spec)
-    })
-    .await;
+/// Serves the dump queue until shutdown on its own thread
+/// (`flightrec-dump`, SCHED_FIFO at `snapshot.realtime_priority`):
+/// coalescing, rate limit, then one dump at a time (see [`triggers`]).
+/// The rayon workers that pause the rings run at that priority too.
+/// Resolves when the thread has served its last dump.
+pub async fn run_dumps(state: Arc<State>, queue: DumpQueue) -> std::io::Result<()> {
+    let (done_tx, done_rx) = oneshot::channel();
+    let DumpQueue {
+        requests,
+        timing,
+        priority,
+    } = queue;
+    std::thread::Builder::new()
+        .name("flightrec-dump".into())
+        .spawn(move || {
+            crate::perf::sched::pin_rayon_workers(priority);
+            crate::perf::sched::run_realtime(priority);
+            triggers::run(requests, timing, |spec| state.dump_blocking(&spec));
+            let _ = done_tx.send(());
+        })?;
+    let _ = done_rx.await;
+    Ok(())
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).

@@ -63,6 +63,19 @@ pub enum Event {
         error: String,
     },
     Loss(Loss),
+    TriggerFired(TriggerFired),
+}
+
+/// A `[[trigger]]` condition was met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerFired {
+    pub name: String,
+    pub matched: String,
+    /// A dump was queued; false when the rate limit suppressed it.
+    pub dumped: bool,
+    /// "cooldown" or "max_per_hour" when suppressed, else "".
+    pub suppressed_by: &'static str,
+    pub times: u64,
 }
 
 /// Records a ring lost since the last reading.

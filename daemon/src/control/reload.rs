@@ -6,12 +6,15 @@ use std::sync::Arc;
 use flightrec_config::ConfigError;
 
 use super::access::{SocketGroupError, set_socket_group};
+use super::conditions::open_conditions;
 use super::config::{
     OpenError, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
     start_recorder, timing_of,
 };
 use super::{Current, State};
+use crate::perf::sched::pin_rayon_workers;
 use crate::store::{Store, StoreError};
+use crate::triggers::Message;
 
 /// Why a new config was not applied (the running one is kept).
 #[derive(Debug, thiserror::Error)]
@@ -84,8 +87,23 @@ impl State {
             (self.set_log_level)(n.daemon.log_level.get_ref());
             changes.push("log_level".into());
         }
+        let restart_conditions = o.triggers != n.triggers
+            || o.snapshot.realtime_priority != n.snapshot.realtime_priority;
+        let conditions = if restart_conditions {
+            let l2 = loaded.clone();
+            let opened = tokio::task::spawn_blocking(move || open_conditions(&l2)).await??;
+            if o.triggers != n.triggers {
+                changes.push("triggers".into());
+            }
+            Some(opened)
+        } else {
+            None
+        };
         if o.snapshot != n.snapshot {
-            self.timing_tx.send_replace(timing_of(n));
+            let _ = self.send_to_dumps(Message::Timing(timing_of(n)));
+            if o.snapshot.realtime_priority != n.snapshot.realtime_priority {
+                pin_rayon_workers(*n.snapshot.realtime_priority.get_ref());
+            }
             changes.push("snapshot".into());
         }
         let retention_changed = o.retention != n.retention;
@@ -99,6 +117,9 @@ impl State {
             recorder,
             group,
         });
+        if let Some(opened) = conditions {
+            self.start_conditions(opened)?;
+        }
         if retention_changed {
             let policy = retention_of(&self.current().config.config);
             self.apply_retention(&policy, None)?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use flightrec_config::{ConfigError, LoadedConfig};
 
 use crate::api;
+use crate::control::conditions::open_conditions;
 use crate::control::config::{
     ConfigSource, OpenError, check_paths, host_name, log_removed_temps, resolve_group,
     start_recorder,
@@ -68,6 +69,9 @@ impl DaemonError {
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the config already
 /// read by the caller.
 pub fn run(source: ConfigSource, loaded: LoadedConfig) -> Result<(), DaemonError> {
+    // Before any thread starts: they all inherit the mask, and only the
+    // signal thread takes the signals (at realtime priority).
+    signals::block_in_this_thread().map_err(DaemonError::Signals)?;
     let set_log_level = init_logging(loaded.config.daemon.log_level.get_ref());
     match &loaded.path {
         Some(p) => tracing::info!(config = %p.display(), "config loaded"),
@@ -90,7 +94,7 @@ fn on_signal(state: &Arc<State>, runtime: &tokio::runtime::Handle, request: Sign
         SignalRequest::Dump => {
             tracing::debug!("SIGUSR2: dump requested");
             // Nobody waits on a signal's dump; the log and Watch report it.
-            drop(state.request_dump(TriggerKind::Signal, None, false));
+            drop(state.request_dump(TriggerKind::Signal, None, None));
         }
         SignalRequest::Reload => {
             let st = state.clone();
@@ -122,6 +126,10 @@ async fn serve(
     let recorder = tokio::task::spawn_blocking(move || start_recorder(&l2))
         .await
         .map_err(DaemonError::StartThread)??;
+    let l2 = loaded.clone();
+    let conditions = tokio::task::spawn_blocking(move || open_conditions(&l2))
+        .await
+        .map_err(DaemonError::StartThread)??;
     let events: Vec<&str> = recorder
         .event_info()
         .iter()
@@ -149,11 +157,19 @@ async fn serve(
     };
     let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
     let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
+    state.start_conditions(conditions)?;
     let loss_task = tokio::spawn(control::loss::watch_losses(state.clone()));
     let signal_thread = {
         let st = state.clone();
         let runtime = tokio::runtime::Handle::current();
-        signals::spawn(move |request| on_signal(&st, &runtime, request))
+        let priority = *st
+            .current()
+            .config
+            .config
+            .snapshot
+            .realtime_priority
+            .get_ref();
+        signals::spawn(priority, move |request| on_signal(&st, &runtime, request))
             .map_err(DaemonError::Signals)?
     };
 
@@ -174,8 +190,10 @@ async fn serve(
     };
     notify(sd_notify::NotifyState::Stopping);
     // The dump under way finishes (its callers get their answer) first.
-    if let Err(e) = dump_task.await {
-        tracing::error!("the dump task failed: {e}");
+    match dump_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!("the dump thread could not start: {e}"),
+        Err(e) => tracing::error!("the dump task failed: {e}"),
     }
     if !server_done {
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {

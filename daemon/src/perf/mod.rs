@@ -6,17 +6,21 @@
 //! - [`sample_ring`]: per-CPU overwrite rings (`write_backward`, PROT_READ),
 //!   pause/resume and copy-out.
 //! - [`tracking_ring`]: per-CPU forward rings of the tracking `dummy` event,
-//!   drained by advancing `data_tail`.
+//!   drained by advancing `data_tail` (`forward_ring`).
+//! - [`condition_ring`]: per-CPU forward rings of a tracepoint a
+//!   `[[trigger]]` watches.
 //! - [`file_map`]: writable mappings of the snapshot output file.
-//! - [`sched`]: SCHED_FIFO for the threads of a dump while it runs.
+//! - [`sched`]: SCHED_FIFO for the threads that freeze and write snapshots.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
 //! See perf_event_open(2) and include/uapi/linux/perf_event.h.
 #![allow(unsafe_code)]
 
+pub mod condition_ring;
 pub mod cpus;
 pub mod event;
 pub mod file_map;
+mod forward_ring;
 mod mapping;
 pub mod sample_ring;
 pub mod sched;

@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::abi::{EventAttr, attr_flag, event_type, read_format, sample, sw_event};
 
+use super::forward_ring::ForwardRing;
 use super::mapping::{Access, RingMap};
 use super::{PerfError, sys};
 
@@ -17,8 +18,7 @@ pub struct TrackingRing {
     cpu: u32,
     fd: OwnedFd,
     id: u64,
-    map: RingMap,
-    tail: u64,
+    ring: ForwardRing,
 }
 
 /// The tracking event's attr for a ring of `data_size` bytes: wake the reader
@@ -66,13 +66,11 @@ impl TrackingRing {
             cpu,
             source,
         })?;
-        let tail = map.data_head();
         Ok(Self {
             cpu,
             fd,
             id,
-            map,
-            tail,
+            ring: ForwardRing::new(map),
         })
     }
 
@@ -86,7 +84,7 @@ impl TrackingRing {
 
     /// The attr the event was opened with.
     pub fn attr(&self) -> EventAttr {
-        tracking_attr(self.map.data_size())
+        tracking_attr(self.ring.data_size())
     }
 
     /// The fd to poll for watermark wakeups.
@@ -103,41 +101,9 @@ impl TrackingRing {
         })
     }
 
-    /// Appends every record published since the last drain to `out`
-    /// (linearized across the wrap, whole records only, as the kernel
-    /// publishes them), then releases the space to the kernel. Returns the
-    /// bytes appended.
+    /// Appends every record published since the last drain to `out` and
+    /// releases the space to the kernel. Returns the bytes appended.
     pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
-        let head = self.map.data_head();
-        let size = self.map.data_size();
-        let pending = head.wrapping_sub(self.tail);
-        // A forward ring never holds more than its size; anything else means
-        // the control page cannot be trusted: resynchronize on head.
-        let Ok(len) = usize::try_from(pending) else {
-            self.release(head);
-            return 0;
-        };
-        if len > size {
-            self.release(head);
-            return 0;
-        }
-        let start = out.len();
-        out.resize(start + len, 0);
-        let mask = (size - 1) as u64;
-        // `tail & mask` < size, so this fits usize.
-        let off = usize::try_from(self.tail & mask).unwrap_or(0);
-        let first = len.min(size - off);
-        let ok = self.map.copy_out(off, &mut out[start..start + first])
-            && self.map.copy_out(0, &mut out[start + first..start + len]);
-        if !ok {
-            out.truncate(start);
-        }
-        self.release(head);
-        out.len() - start
-    }
-
-    fn release(&mut self, head: u64) {
-        self.tail = head;
-        self.map.set_data_tail(head);
+        self.ring.drain(out)
     }
 }

@@ -1,7 +1,9 @@
-//! Triggers: signals and API calls into one dump path, coalescing, rate limit.
+//! Triggers: signals, API calls and configured conditions into one dump
+//! path, coalescing, rate limit.
 //!
-//! Every trigger (SIGUSR2, the `Dump` RPC) becomes a [`DumpRequest`] sent to
-//! one task ([`run`]) that owns a [`Scheduler`], a pure state machine:
+//! Every trigger (SIGUSR2, the `Dump` RPC, a `[[trigger]]` condition)
+//! becomes a [`DumpRequest`] sent to one thread ([`run`]) that owns a
+//! [`Scheduler`], a pure state machine:
 //! - triggers that arrive while no dump is due yet, or while a dump runs,
 //!   join the one pending batch, served by one dump; every caller waiting on
 //!   that batch gets its result (marked coalesced when the batch held more
@@ -9,31 +11,43 @@
 //! - a batch starts no earlier than `min_interval` after the previous freeze
 //!   (an API caller waits for that slot rather than being refused: it asked
 //!   for a snapshot) and no earlier than `post_trigger_delay` after its first
-//!   trigger, so the rings keep recording what follows the trigger;
+//!   trigger (a condition may set its own delay), so the rings keep
+//!   recording what follows the trigger;
 //! - on shutdown a dump under way finishes and triggers already accepted
 //!   get one last dump at once (a caller asked for a snapshot); triggers
 //!   after that get [`Outcome::ShuttingDown`].
+//!
+//! The dump thread is a plain thread, not an async task: it sleeps on its
+//! channel and starts the freeze as soon as a due trigger arrives, without
+//! waiting for a runtime worker (see `control::run_dumps`).
 
+pub mod conditions;
+pub mod gate;
 pub mod signals;
 
-use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
+use tokio::sync::oneshot;
 
 /// What asked for a dump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TriggerKind {
     Api,
     Signal,
+    /// A `[[trigger]]` condition, by name.
+    Condition(Arc<str>),
 }
 
 impl TriggerKind {
-    pub fn as_str(self) -> &'static str {
+    /// As the snapshot's trigger field shows it: `api`, `signal`,
+    /// `condition:<name>`.
+    pub fn describe(&self) -> String {
         match self {
-            TriggerKind::Api => "api",
-            TriggerKind::Signal => "signal",
+            TriggerKind::Api => "api".into(),
+            TriggerKind::Signal => "signal".into(),
+            TriggerKind::Condition(name) => format!("condition:{name}"),
         }
     }
 }
@@ -50,18 +64,46 @@ pub struct Timing {
 pub struct Trigger<W> {
     pub kind: TriggerKind,
     pub label: Option<String>,
-    pub compress: bool,
+    /// None: `[snapshot] compression` decides.
+    pub compress: Option<bool>,
+    /// This trigger's own `post_trigger_delay`, instead of `[snapshot]`'s.
+    pub delay: Option<Duration>,
+    /// When it happened (the delay counts from here, also for a trigger
+    /// that waited in the channel while a dump ran).
+    pub at: Instant,
     pub waiter: Option<W>,
 }
 
-/// The dump a batch asks for: the first label given wins, compression if
-/// any trigger asked for it.
+impl<W> Trigger<W> {
+    /// A trigger happening now, on the `[snapshot]` delay.
+    pub fn now(
+        kind: TriggerKind,
+        label: Option<String>,
+        compress: Option<bool>,
+        waiter: Option<W>,
+    ) -> Self {
+        Self {
+            kind,
+            label,
+            compress,
+            delay: None,
+            at: Instant::now(),
+            waiter,
+        }
+    }
+}
+
+/// The dump a batch asks for: the first label given wins; compressed if
+/// any trigger asked for it, plain if every trigger asked for plain, else
+/// as `[snapshot] compression` says (None).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpSpec {
-    /// "api", "signal" or "api+signal".
+    /// "api", "signal", "condition:<name>" or several joined by "+".
     pub trigger: String,
+    /// What the triggers were, each once.
+    pub kinds: Vec<TriggerKind>,
     pub label: Option<String>,
-    pub compress: bool,
+    pub compress: Option<bool>,
     /// Triggers served by this dump.
     pub triggers: usize,
     /// From the first trigger of the batch to the start of the dump.
@@ -72,9 +114,13 @@ pub struct DumpSpec {
 #[derive(Debug)]
 pub struct Batch<W> {
     pub first_at: Instant,
+    /// The earliest arrival among triggers on the `[snapshot]` delay.
+    default_delay_from: Option<Instant>,
+    /// The earliest due time among triggers with their own delay.
+    own_due: Option<Instant>,
     pub kinds: Vec<TriggerKind>,
     pub label: Option<String>,
-    pub compress: bool,
+    pub compress: Option<bool>,
     pub triggers: usize,
     pub waiters: Vec<W>,
 }
@@ -83,15 +129,27 @@ impl<W> Batch<W> {
     fn new(first_at: Instant) -> Self {
         Self {
             first_at,
+            default_delay_from: None,
+            own_due: None,
             kinds: Vec::new(),
             label: None,
-            compress: false,
+            compress: None,
             triggers: 0,
             waiters: Vec::new(),
         }
     }
 
     fn add(&mut self, t: Trigger<W>) {
+        match t.delay {
+            Some(d) => {
+                let due = t.at + d;
+                self.own_due = Some(self.own_due.map_or(due, |o| o.min(due)));
+            }
+            None => {
+                self.default_delay_from =
+                    Some(self.default_delay_from.map_or(t.at, |f| f.min(t.at)));
+            }
+        }
         if !self.kinds.contains(&t.kind) {
             self.kinds.push(t.kind);
             self.kinds.sort();
@@ -99,9 +157,26 @@ impl<W> Batch<W> {
         if self.label.is_none() {
             self.label = t.label;
         }
-        self.compress |= t.compress;
+        self.compress = match (self.compress, t.compress) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            // The first trigger decides until another disagrees.
+            (c, None) | (None, c) if self.triggers == 0 => c,
+            _ => None,
+        };
         self.triggers += 1;
         self.waiters.extend(t.waiter);
+    }
+
+    /// When the batch may start, whatever the rate limit says: the earliest
+    /// of its triggers' delays.
+    fn due(&self, default_delay: Duration) -> Instant {
+        let default_due = self.default_delay_from.map(|f| f + default_delay);
+        match (default_due, self.own_due) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => self.first_at,
+        }
     }
 
     pub fn spec(&self, now: Instant) -> DumpSpec {
@@ -109,9 +184,10 @@ impl<W> Batch<W> {
             trigger: self
                 .kinds
                 .iter()
-                .map(|k| k.as_str())
+                .map(TriggerKind::describe)
                 .collect::<Vec<_>>()
                 .join("+"),
+            kinds: self.kinds.clone(),
             label: self.label.clone(),
             compress: self.compress,
             triggers: self.triggers,
@@ -156,8 +232,8 @@ impl<W> Scheduler<W> {
         self.timing = timing;
     }
 
-    pub fn trigger(&mut self, now: Instant, t: Trigger<W>) {
-        self.pending.get_or_insert_with(|| Batch::new(now)).add(t);
+    pub fn trigger(&mut self, t: Trigger<W>) {
+        self.pending.get_or_insert_with(|| Batch::new(t.at)).add(t);
     }
 
     pub fn poll(&mut self, now: Instant) -> Step<W> {
@@ -167,7 +243,7 @@ impl<W> Scheduler<W> {
         let Some(batch) = &self.pending else {
             return Step::Idle;
         };
-        let mut due = batch.first_at + self.timing.post_trigger_delay;
+        let mut due = batch.due(self.timing.post_trigger_delay);
         if let Some(last) = self.last_start {
             due = due.max(last + self.timing.min_interval);
         }
@@ -199,98 +275,82 @@ pub enum Outcome<R> {
     ShuttingDown,
 }
 
-/// A trigger as sent to [`run`].
-pub type DumpRequest<R> = Trigger<oneshot::Sender<Outcome<R>>>;
+/// The caller's end of a dump request.
+pub type Waiter<R> = oneshot::Sender<Outcome<R>>;
 
-/// The dump task: takes triggers from `rx`, runs `dump` for each batch and
-/// answers its callers. Returns when `shutdown` turns true (after the dump
-/// under way, if any) or every sender is gone.
-pub async fn run<R, F, Fut>(
-    mut rx: mpsc::UnboundedReceiver<DumpRequest<R>>,
-    mut timing: watch::Receiver<Timing>,
-    mut shutdown: watch::Receiver<bool>,
-    mut dump: F,
-) where
+/// A trigger as sent to [`run`].
+pub type DumpRequest<R> = Trigger<Waiter<R>>;
+
+/// What the dump thread receives.
+#[derive(Debug)]
+pub enum Message<R> {
+    Trigger(DumpRequest<R>),
+    /// New `[snapshot]` timing (a reload).
+    Timing(Timing),
+    /// Finish the dump under way, serve what was accepted, stop.
+    Shutdown,
+}
+
+fn answer<R: Clone>(waiters: Vec<Waiter<R>>, result: &R, coalesced: bool) {
+    for w in waiters {
+        let _ = w.send(Outcome::Done {
+            result: result.clone(),
+            coalesced,
+        });
+    }
+}
+
+/// The dump loop, run on its own thread: takes messages from `rx`, runs
+/// `dump` for each batch and answers its callers. Returns on
+/// [`Message::Shutdown`] or when every sender is gone.
+pub fn run<R, F>(rx: Receiver<Message<R>>, timing: Timing, mut dump: F)
+where
     R: Clone,
-    F: FnMut(DumpSpec) -> Fut,
-    Fut: Future<Output = R>,
+    F: FnMut(DumpSpec) -> R,
 {
-    let mut sched = Scheduler::new(*timing.borrow_and_update());
-    let mut open = true;
+    let mut sched = Scheduler::new(timing);
     loop {
-        if *shutdown.borrow() {
-            break;
-        }
-        if timing.has_changed().unwrap_or(false) {
-            sched.set_timing(*timing.borrow_and_update());
-        }
         let now = Instant::now();
-        match sched.poll(now) {
+        let message = match sched.poll(now) {
             Step::Start(batch) => {
                 let coalesced = batch.triggers > 1;
-                let fut = dump(batch.spec(now));
-                tokio::pin!(fut);
-                // Keep taking triggers while the dump runs, with their real
-                // arrival time (post_trigger_delay counts from it).
-                let result = loop {
-                    tokio::select! {
-                        r = &mut fut => break r,
-                        req = rx.recv(), if open => match req {
-                            Some(t) => sched.trigger(Instant::now(), t),
-                            None => open = false,
-                        },
-                    }
-                };
+                // Triggers arriving meanwhile wait in the channel, stamped
+                // with their arrival time.
+                let result = dump(batch.spec(now));
                 sched.finished();
-                for w in batch.waiters {
-                    let _ = w.send(Outcome::Done {
-                        result: result.clone(),
-                        coalesced,
-                    });
-                }
+                answer(batch.waiters, &result, coalesced);
+                continue;
             }
-            Step::WaitUntil(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    req = rx.recv(), if open => match req {
-                        Some(t) => sched.trigger(Instant::now(), t),
-                        None => open = false,
-                    },
-                    _ = shutdown.changed() => {}
-                    _ = timing.changed() => {}
-                }
-            }
-            // Busy cannot happen here: the dump above is awaited in place.
-            Step::Idle | Step::Busy => {
-                if !open {
-                    break;
-                }
-                tokio::select! {
-                    req = rx.recv() => match req {
-                        Some(t) => sched.trigger(Instant::now(), t),
-                        None => open = false,
-                    },
-                    _ = shutdown.changed() => {}
-                    _ = timing.changed() => {}
-                }
-            }
+            Step::WaitUntil(at) => match rx.recv_timeout(at.saturating_duration_since(now)) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+            // Busy cannot happen here: the dump above runs in place.
+            Step::Idle | Step::Busy => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => break,
+            },
+        };
+        match message {
+            Message::Trigger(t) => sched.trigger(t),
+            Message::Timing(t) => sched.set_timing(t),
+            Message::Shutdown => break,
         }
     }
     // Triggers accepted before the shutdown are honoured with one last
-    // dump, without waiting for their slot; later ones are refused.
-    while let Ok(t) = rx.try_recv() {
-        sched.trigger(Instant::now(), t);
+    // dump, without waiting for their slot; later ones are refused (their
+    // send fails once `rx` is dropped).
+    while let Ok(m) = rx.try_recv() {
+        if let Message::Trigger(t) = m {
+            sched.trigger(t);
+        }
     }
-    rx.close();
+    drop(rx);
     if let Some(batch) = sched.take_pending() {
         let coalesced = batch.triggers > 1;
-        let result = dump(batch.spec(Instant::now())).await;
-        for w in batch.waiters {
-            let _ = w.send(Outcome::Done {
-                result: result.clone(),
-                coalesced,
-            });
-        }
+        let result = dump(batch.spec(Instant::now()));
+        answer(batch.waiters, &result, coalesced);
     }
 }
 
@@ -299,12 +359,18 @@ mod tests {
     use super::*;
 
     fn t(kind: TriggerKind, label: Option<&str>, compress: bool, waiter: u32) -> Trigger<u32> {
-        Trigger {
+        Trigger::now(
             kind,
-            label: label.map(str::to_string),
-            compress,
-            waiter: Some(waiter),
-        }
+            label.map(str::to_string),
+            compress.then_some(true),
+            Some(waiter),
+        )
+    }
+
+    /// `t` arriving at `at`.
+    fn at(at: Instant, mut t: Trigger<u32>) -> Trigger<u32> {
+        t.at = at;
+        t
     }
 
     const MS: Duration = Duration::from_millis(1);
@@ -317,11 +383,34 @@ mod tests {
     }
 
     #[test]
+    fn compression_is_asked_by_any_refused_only_by_all() {
+        let t0 = Instant::now();
+        let spec_of = |wishes: &[Option<bool>]| {
+            let mut s = Scheduler::new(timing(0, 0));
+            for (i, w) in wishes.iter().enumerate() {
+                let mut x = t(TriggerKind::Api, None, false, i as u32);
+                x.compress = *w;
+                s.trigger(at(t0, x));
+            }
+            let Step::Start(b) = s.poll(t0) else {
+                panic!("should start")
+            };
+            b.spec(t0).compress
+        };
+        assert_eq!(spec_of(&[None]), None);
+        assert_eq!(spec_of(&[Some(false)]), Some(false));
+        assert_eq!(spec_of(&[Some(false), Some(false)]), Some(false));
+        assert_eq!(spec_of(&[Some(false), None]), None);
+        assert_eq!(spec_of(&[None, Some(false)]), None);
+        assert_eq!(spec_of(&[None, Some(true), Some(false)]), Some(true));
+    }
+
+    #[test]
     fn a_lone_trigger_starts_at_once() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(timing(1000, 0));
         assert!(matches!(s.poll(t0), Step::Idle));
-        s.trigger(t0, t(TriggerKind::Api, Some("x"), false, 1));
+        s.trigger(at(t0, t(TriggerKind::Api, Some("x"), false, 1)));
         let Step::Start(b) = s.poll(t0) else {
             panic!("should start");
         };
@@ -337,11 +426,11 @@ mod tests {
     fn triggers_during_a_dump_coalesce_into_one_follow_up_at_the_next_slot() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(timing(1000, 0));
-        s.trigger(t0, t(TriggerKind::Api, None, false, 1));
+        s.trigger(at(t0, t(TriggerKind::Api, None, false, 1)));
         assert!(matches!(s.poll(t0), Step::Start(_)));
-        s.trigger(t0 + 10 * MS, t(TriggerKind::Signal, None, false, 2));
-        s.trigger(t0 + 20 * MS, t(TriggerKind::Api, Some("b"), true, 3));
-        s.trigger(t0 + 30 * MS, t(TriggerKind::Api, Some("c"), false, 4));
+        s.trigger(at(t0 + 10 * MS, t(TriggerKind::Signal, None, false, 2)));
+        s.trigger(at(t0 + 20 * MS, t(TriggerKind::Api, Some("b"), true, 3)));
+        s.trigger(at(t0 + 30 * MS, t(TriggerKind::Api, Some("c"), false, 4)));
         assert!(matches!(s.poll(t0 + 40 * MS), Step::Busy));
         s.finished();
         // The rate limit holds the follow-up until 1s after the first start.
@@ -349,7 +438,7 @@ mod tests {
             Step::WaitUntil(at) => assert_eq!(at, t0 + 1000 * MS),
             other => panic!("expected a wait, got {other:?}"),
         }
-        s.trigger(t0 + 500 * MS, t(TriggerKind::Signal, None, false, 5));
+        s.trigger(at(t0 + 500 * MS, t(TriggerKind::Signal, None, false, 5)));
         let Step::Start(b) = s.poll(t0 + 1000 * MS) else {
             panic!("follow-up should start at the slot");
         };
@@ -357,7 +446,7 @@ mod tests {
         let spec = b.spec(t0 + 1000 * MS);
         assert_eq!(spec.trigger, "api+signal");
         assert_eq!(spec.label.as_deref(), Some("b"));
-        assert!(spec.compress);
+        assert_eq!(spec.compress, Some(true));
         assert_eq!(spec.triggers, 4);
         assert_eq!(spec.waited, 990 * MS);
         s.finished();
@@ -379,7 +468,7 @@ mod tests {
                 busy_until = None;
             }
             if i < 250 && i % 5 == 0 {
-                s.trigger(now, t(TriggerKind::Signal, None, false, i));
+                s.trigger(at(now, t(TriggerKind::Signal, None, false, i)));
             }
             if let Step::Start(_) = s.poll(now) {
                 starts.push(i);
@@ -395,12 +484,12 @@ mod tests {
     fn post_trigger_delay_defers_the_freeze() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(timing(0, 300));
-        s.trigger(t0, t(TriggerKind::Signal, None, false, 1));
+        s.trigger(at(t0, t(TriggerKind::Signal, None, false, 1)));
         match s.poll(t0) {
             Step::WaitUntil(at) => assert_eq!(at, t0 + 300 * MS),
             other => panic!("expected a wait, got {other:?}"),
         }
-        s.trigger(t0 + 100 * MS, t(TriggerKind::Api, None, false, 2));
+        s.trigger(at(t0 + 100 * MS, t(TriggerKind::Api, None, false, 2)));
         let Step::Start(b) = s.poll(t0 + 300 * MS) else {
             panic!("should start after the delay");
         };
@@ -411,101 +500,134 @@ mod tests {
     fn the_pending_batch_can_be_taken_before_its_slot() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(timing(1000, 0));
-        s.trigger(t0, t(TriggerKind::Api, None, false, 1));
+        s.trigger(at(t0, t(TriggerKind::Api, None, false, 1)));
         assert!(matches!(s.poll(t0), Step::Start(_)));
-        s.trigger(t0, t(TriggerKind::Api, None, false, 2));
+        s.trigger(at(t0, t(TriggerKind::Api, None, false, 2)));
         assert_eq!(s.take_pending().map(|b| b.waiters), Some(vec![2]));
         assert!(s.take_pending().is_none());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_task_serves_concurrent_callers_with_one_follow_up() {
-        let (tx, rx) = mpsc::unbounded_channel::<DumpRequest<u32>>();
-        let (_timing_tx, timing_rx) = watch::channel(timing(1000, 0));
-        let (_stop_tx, stop_rx) = watch::channel(false);
+    #[test]
+    fn a_condition_with_its_own_delay_is_served_before_the_default_one() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(timing(0, 5000));
+        s.trigger(at(t0, t(TriggerKind::Signal, None, false, 1)));
+        let mut c = t(
+            TriggerKind::Condition("probe".into()),
+            Some("probe"),
+            false,
+            2,
+        );
+        c.at = t0 + 100 * MS;
+        c.delay = Some(200 * MS);
+        s.trigger(c);
+        match s.poll(t0 + 100 * MS) {
+            Step::WaitUntil(due) => assert_eq!(due, t0 + 300 * MS),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        let Step::Start(b) = s.poll(t0 + 300 * MS) else {
+            panic!("the condition's delay is due");
+        };
+        let spec = b.spec(t0 + 300 * MS);
+        assert_eq!(spec.trigger, "signal+condition:probe");
+        assert_eq!(
+            spec.kinds,
+            vec![TriggerKind::Signal, TriggerKind::Condition("probe".into())]
+        );
+    }
+
+    /// The number of triggers each dump served, in order.
+    type DumpLog = std::sync::Arc<std::sync::Mutex<Vec<usize>>>;
+
+    /// Runs [`run`] on a thread with a dump taking `dump_ms`, recording the
+    /// number of triggers each dump served.
+    fn spawn_loop(
+        timing: Timing,
+        dump_ms: u64,
+    ) -> (
+        std::sync::mpsc::Sender<Message<u32>>,
+        DumpLog,
+        std::thread::JoinHandle<()>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
         let dumps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let d2 = dumps.clone();
-        let task = tokio::spawn(run(rx, timing_rx, stop_rx, move |spec: DumpSpec| {
-            let d = d2.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let mut d = d.lock().unwrap();
-                d.push(spec.triggers);
-                d.len() as u32
-            }
-        }));
-        let mut replies = Vec::new();
-        for i in 0..5 {
-            let (w, r) = oneshot::channel();
-            tx.send(Trigger {
-                kind: TriggerKind::Api,
-                label: None,
-                compress: false,
-                waiter: Some(w),
+        let thread = std::thread::spawn(move || {
+            run(rx, timing, move |spec: DumpSpec| {
+                let n = {
+                    let mut d = d2.lock().unwrap();
+                    d.push(spec.triggers);
+                    d.len() as u32
+                };
+                std::thread::sleep(Duration::from_millis(dump_ms));
+                n
             })
-            .unwrap();
-            replies.push(r);
-            if i == 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        });
+        (tx, dumps, thread)
+    }
+
+    /// Waits until `n` dumps have started.
+    fn started(dumps: &std::sync::Mutex<Vec<usize>>, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dumps.lock().unwrap().len() < n {
+            assert!(Instant::now() < deadline, "dump {n} never started");
+            std::thread::sleep(Duration::from_millis(1));
         }
-        let mut got = Vec::new();
-        for r in replies {
-            match r.await.unwrap() {
-                Outcome::Done { result, coalesced } => got.push((result, coalesced)),
+    }
+
+    fn send(
+        tx: &std::sync::mpsc::Sender<Message<u32>>,
+        kind: TriggerKind,
+    ) -> (bool, oneshot::Receiver<Outcome<u32>>) {
+        let (w, r) = oneshot::channel();
+        let sent = tx.send(Message::Trigger(Trigger::now(kind, None, None, Some(w))));
+        (sent.is_ok(), r)
+    }
+
+    #[test]
+    fn the_loop_serves_concurrent_callers_with_one_follow_up() {
+        // The follow-up waits for the 2s slot, long after all five sent.
+        let (tx, dumps, thread) = spawn_loop(timing(2000, 0), 50);
+        let (_, first) = send(&tx, TriggerKind::Api);
+        started(&dumps, 1);
+        let rest: Vec<_> = (0..4).map(|_| send(&tx, TriggerKind::Api).1).collect();
+        let mut got = vec![first.blocking_recv().unwrap()];
+        got.extend(rest.into_iter().map(|r| r.blocking_recv().unwrap()));
+        let got: Vec<(u32, bool)> = got
+            .into_iter()
+            .map(|o| match o {
+                Outcome::Done { result, coalesced } => (result, coalesced),
                 Outcome::ShuttingDown => panic!("not shutting down"),
-            }
-        }
+            })
+            .collect();
         assert_eq!(
             got,
             vec![(1, false), (2, true), (2, true), (2, true), (2, true)]
         );
         assert_eq!(*dumps.lock().unwrap(), vec![1, 4]);
         drop(tx);
-        task.await.unwrap();
+        thread.join().unwrap();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn shutdown_finishes_the_running_dump_then_the_accepted_ones_then_refuses() {
-        let (tx, rx) = mpsc::unbounded_channel::<DumpRequest<u32>>();
-        let (_timing_tx, timing_rx) = watch::channel(timing(1000, 0));
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let n = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let n2 = n.clone();
-        let task = tokio::spawn(run(rx, timing_rx, stop_rx, move |_spec| {
-            let n = n2.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
-            }
-        }));
-        let send = |tx: &mpsc::UnboundedSender<DumpRequest<u32>>| {
-            let (w, r) = oneshot::channel();
-            let sent = tx.send(Trigger {
-                kind: TriggerKind::Signal,
-                label: None,
-                compress: false,
-                waiter: Some(w),
-            });
-            (sent.is_ok(), r)
-        };
-        let (_, first) = send(&tx);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let (_, second) = send(&tx);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        stop_tx.send(true).unwrap();
+    #[test]
+    fn shutdown_finishes_the_running_dump_then_the_accepted_ones_then_refuses() {
+        let (tx, dumps, thread) = spawn_loop(timing(60_000, 0), 100);
+        let (_, first) = send(&tx, TriggerKind::Signal);
+        started(&dumps, 1);
+        let (_, second) = send(&tx, TriggerKind::Signal);
+        tx.send(Message::Shutdown).unwrap();
         assert!(matches!(
-            first.await.unwrap(),
+            first.blocking_recv().unwrap(),
             Outcome::Done { result: 1, .. }
         ));
-        // Accepted before the shutdown, due only in 1s: dumped at once.
+        // Accepted before the shutdown, due only in 60s: dumped at once.
         assert!(matches!(
-            second.await.unwrap(),
+            second.blocking_recv().unwrap(),
             Outcome::Done { result: 2, .. }
         ));
-        task.await.unwrap();
-        let (sent, _late) = send(&tx);
+        thread.join().unwrap();
+        let (sent, _late) = send(&tx, TriggerKind::Signal);
         assert!(!sent, "the channel is closed after shutdown");
-        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(dumps.lock().unwrap().len(), 2);
     }
 }

@@ -1,0 +1,60 @@
+//! A forward ring mapped read-write: the kernel never overwrites what the
+//! reader has not released, and the reader drains `[data_tail, data_head)`.
+//! The tracking rings and the condition rings read their records this way.
+
+use super::mapping::RingMap;
+
+pub struct ForwardRing {
+    map: RingMap,
+    tail: u64,
+}
+
+impl ForwardRing {
+    /// Starts reading at the ring's current head.
+    pub fn new(map: RingMap) -> Self {
+        let tail = map.data_head();
+        Self { map, tail }
+    }
+
+    pub fn data_size(&self) -> usize {
+        self.map.data_size()
+    }
+
+    /// Appends every record published since the last drain to `out`
+    /// (linearized across the wrap, whole records only, as the kernel
+    /// publishes them), then releases the space to the kernel. Returns the
+    /// bytes appended.
+    pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
+        let head = self.map.data_head();
+        let size = self.map.data_size();
+        let pending = head.wrapping_sub(self.tail);
+        // A forward ring never holds more than its size; anything else means
+        // the control page cannot be trusted: resynchronize on head.
+        let Ok(len) = usize::try_from(pending) else {
+            self.release(head);
+            return 0;
+        };
+        if len > size {
+            self.release(head);
+            return 0;
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        let mask = (size - 1) as u64;
+        // `tail & mask` < size, so this fits usize.
+        let off = usize::try_from(self.tail & mask).unwrap_or(0);
+        let first = len.min(size - off);
+        let ok = self.map.copy_out(off, &mut out[start..start + first])
+            && self.map.copy_out(0, &mut out[start + first..start + len]);
+        if !ok {
+            out.truncate(start);
+        }
+        self.release(head);
+        out.len() - start
+    }
+
+    fn release(&mut self, head: u64) {
+        self.tail = head;
+        self.map.set_data_tail(head);
+    }
+}

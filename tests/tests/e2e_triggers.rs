@@ -1,0 +1,398 @@
+//! End to end: `[[trigger]]` conditions on the real kernel. A tracepoint
+//! condition dumps on the exec of a named program, count/window and the
+//! rate limit hold, a PSI condition fires under CPU overload, interval
+//! snapshots come on time, reload adds and removes triggers, and a bad
+//! trigger stops the daemon with exit 2 at its line and column.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flightrec_tests::{Daemon, Watcher, bin_path, perf_script, require_root, test_config};
+use serde_json::Value;
+
+/// A copy of /bin/true under a recognisable name, to exec.
+fn probe_program(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::copy("/bin/true", &path).expect("copy /bin/true");
+    path
+}
+
+fn run(program: &Path) {
+    let status = Command::new(program).status().expect("run the probe");
+    assert!(status.success());
+}
+
+/// The snapshots whose trigger names `trigger`.
+fn snapshots_of(d: &Daemon, trigger: &str) -> Vec<Value> {
+    d.list()
+        .into_iter()
+        .filter(|s| s["trigger"].as_str().unwrap_or("").contains(trigger))
+        .collect()
+}
+
+/// Waits up to `within` for at least `n` snapshots of `trigger`.
+fn wait_snapshots(d: &Daemon, trigger: &str, n: usize, within: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = snapshots_of(d, trigger);
+        if found.len() >= n {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} snapshot(s) of {trigger} expected within {within:?}, found {}: {:?}\n{}",
+            found.len(),
+            d.list(),
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `snapctl --json triggers`, the entry named `name`.
+fn trigger_status(d: &Daemon, name: &str) -> Value {
+    let all = d.json(&["triggers"]);
+    all["triggers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no trigger {name} in {all}"))
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_tracepoint_trigger_dumps_on_the_exec_of_a_named_program_and_holds_it() {
+    require_root("a_tracepoint_trigger_dumps_on_the_exec_of_a_named_program");
+    let d = Daemon::start(
+        r#"
+[[event]]
+name = "sched:sched_process_exec"
+
+[[trigger]]
+name = "probe-exec"
+on = "tracepoint"
+event = "sched:sched_process_exec"
+filter = 'filename ~ "*flightrec-probe*"'
+label = "probe"
+"#,
+    );
+    let watcher = Watcher::start(&d);
+    // Another program's exec does not match the filter.
+    let other = probe_program(d.dir.path(), "not-a-match");
+    run(&other);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(trigger_status(&d, "probe-exec")["fired"], 0);
+    assert!(snapshots_of(&d, "condition:probe-exec").is_empty());
+
+    let probe = probe_program(d.dir.path(), "flightrec-probe-1");
+    run(&probe);
+    let fired = watcher
+        .wait_for("trigger_fired", Duration::from_secs(10))
+        .expect("a trigger_fired event");
+    assert_eq!(fired["name"], "probe-exec");
+    assert_eq!(fired["dumped"], true);
+    assert!(
+        fired["matched"]
+            .as_str()
+            .unwrap()
+            .starts_with("sched:sched_process_exec on CPU "),
+        "{fired}"
+    );
+    let snaps = wait_snapshots(&d, "condition:probe-exec", 1, Duration::from_secs(10));
+    assert_eq!(snaps[0]["trigger"], "condition:probe-exec");
+    assert_eq!(snaps[0]["label"], "probe");
+    // The snapshot holds the exec that fired it.
+    let script = perf_script(Path::new(snaps[0]["path"].as_str().unwrap()), &[]);
+    assert!(
+        script
+            .lines()
+            .any(|l| l.contains("sched:sched_process_exec") && l.contains("flightrec-probe-1")),
+        "the exec is not in the snapshot"
+    );
+    // Until the status shows the dump (written after the snapshot is listed).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while trigger_status(&d, "probe-exec")["dumped"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            trigger_status(&d, "probe-exec")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second exec within the 10 s default cooldown is counted, not dumped.
+    run(&probe);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t = trigger_status(&d, "probe-exec");
+        if t["suppressed"] == 1 {
+            assert_eq!(t["fired"], 2);
+            assert_eq!(t["dumped"], 1);
+            assert!(t["last_fired_unix_ns"].as_i64().unwrap() > 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{t}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held = watcher
+        .wait_for("trigger_fired", Duration::from_secs(5))
+        .expect("the suppressed firing on Watch");
+    assert_eq!(held["dumped"], false);
+    assert_eq!(held["suppressed_by"], "cooldown");
+    assert_eq!(snapshots_of(&d, "condition:probe-exec").len(), 1);
+    // The text forms name it too.
+    let text = String::from_utf8(d.snapctl(&["triggers"]).stdout).unwrap();
+    assert!(
+        text.contains("probe-exec") && text.contains("tracepoint"),
+        "{text}"
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_count_window_trigger_fires_only_once_the_count_is_reached() {
+    require_root("a_count_window_trigger_fires_only_once_the_count_is_reached");
+    let d = Daemon::start(
+        r#"
+[[trigger]]
+name = "third-exec"
+on = "tracepoint"
+event = "sched:sched_process_exec"
+filter = 'filename ~ "*flightrec-count*"'
+count = 3
+window = "30s"
+"#,
+    );
+    let probe = probe_program(d.dir.path(), "flightrec-count");
+    run(&probe);
+    run(&probe);
+    std::thread::sleep(Duration::from_millis(700));
+    let t = trigger_status(&d, "third-exec");
+    assert_eq!(t["fired"], 0, "{t}");
+    assert!(snapshots_of(&d, "condition:third-exec").is_empty());
+    run(&probe);
+    let snaps = wait_snapshots(&d, "condition:third-exec", 1, Duration::from_secs(10));
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(
+        snaps[0]["label"], "third-exec",
+        "the label defaults to the name"
+    );
+    assert_eq!(trigger_status(&d, "third-exec")["fired"], 1);
+}
+
+/// Busy loops, several per CPU, so runnable tasks wait for a CPU (CPU
+/// pressure), until dropped.
+struct Overload(Vec<Child>);
+
+impl Overload {
+    fn start() -> Self {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get()) * 3;
+        Overload(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("spawn a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Overload {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_psi_trigger_fires_under_cpu_overload_and_its_rate_limit_holds() {
+    require_root("a_psi_trigger_fires_under_cpu_overload");
+    let d = Daemon::start(
+        r#"
+[[trigger]]
+name = "cpu-pressure"
+on = "psi"
+psi = "cpu some 100ms 2s"
+cooldown = "1s"
+max_per_hour = 2
+"#,
+    );
+    let overload = Overload::start();
+    // The first firing comes within a window or two of overload.
+    wait_snapshots(&d, "condition:cpu-pressure", 1, Duration::from_secs(15));
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(overload);
+    let snaps = snapshots_of(&d, "condition:cpu-pressure");
+    let t = trigger_status(&d, "cpu-pressure");
+    assert!(
+        (1..=2).contains(&snaps.len()),
+        "{} dumps under 10s+ of overload with max_per_hour = 2: {t}",
+        snaps.len()
+    );
+    let fired = t["fired"].as_u64().unwrap();
+    let suppressed = t["suppressed"].as_u64().unwrap();
+    assert!(suppressed >= 1, "PSI kept firing, the limit held: {t}");
+    assert_eq!(fired, t["dumped"].as_u64().unwrap() + suppressed, "{t}");
+    assert!(
+        t["last_matched"]
+            .as_str()
+            .unwrap()
+            .contains("cpu some 100ms 2s"),
+        "{t}"
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn interval_snapshots_appear_on_time() {
+    require_root("interval_snapshots_appear_on_time");
+    let d = Daemon::start(
+        r#"
+[snapshot]
+compression = "none"
+
+[[trigger]]
+name = "every-2s"
+on = "interval"
+every = "2s"
+"#,
+    );
+    let snaps = wait_snapshots(&d, "condition:every-2s", 3, Duration::from_secs(12));
+    let times: Vec<i64> = snaps
+        .iter()
+        .map(|s| s["created_unix_ns"].as_i64().unwrap())
+        .collect();
+    for pair in times.windows(2) {
+        let gap = Duration::from_nanos((pair[1] - pair[0]) as u64);
+        assert!(
+            gap > Duration::from_millis(1500) && gap < Duration::from_millis(2500),
+            "interval snapshots {gap:?} apart, not 2s: {times:?}"
+        );
+    }
+    let t = trigger_status(&d, "every-2s");
+    assert_eq!(
+        t["suppressed"], 0,
+        "an interval is not rate-limited by default: {t}"
+    );
+    assert_eq!(t["on"], "interval");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn reload_adds_and_removes_a_trigger() {
+    require_root("reload_adds_and_removes_a_trigger");
+    let d = Daemon::start("");
+    assert_eq!(d.json(&["triggers"])["triggers"], serde_json::json!([]));
+    let with = test_config(
+        d.dir.path(),
+        "[[trigger]]\nname = \"tick\"\non = \"interval\"\nevery = \"1s\"\n",
+    );
+    std::fs::write(&d.config, with).unwrap();
+    let reply = d.json(&["reload"]);
+    assert!(
+        reply["summary"].as_str().unwrap().contains("triggers"),
+        "{reply}"
+    );
+    assert_eq!(trigger_status(&d, "tick")["on"], "interval");
+    wait_snapshots(&d, "condition:tick", 2, Duration::from_secs(10));
+
+    std::fs::write(&d.config, test_config(d.dir.path(), "")).unwrap();
+    let reply = d.json(&["reload"]);
+    assert!(
+        reply["summary"].as_str().unwrap().contains("triggers"),
+        "{reply}"
+    );
+    assert_eq!(d.json(&["triggers"])["triggers"], serde_json::json!([]));
+    // A dump queued just before the reload may still land; none after it.
+    std::thread::sleep(Duration::from_millis(300));
+    let after_reload = snapshots_of(&d, "condition:tick").len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(snapshots_of(&d, "condition:tick").len(), after_reload);
+}
+
+/// Runs `flightrecd FLAG CONFIG` to its end (it must not start).
+fn flightrecd_refuses(flag: &str, config: &Path) -> (i32, String) {
+    let mut child = Command::new(bin_path("flightrecd"))
+        .arg(flag)
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flightrecd");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("flightrecd {flag} started with a bad trigger");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_bad_trigger_exits_2_at_its_line_and_column() {
+    require_root("a_bad_trigger_exits_2_at_its_line_and_column");
+    let dir = tempfile::tempdir().unwrap();
+    let base = test_config(dir.path(), "");
+    let first_extra_line = base.lines().count();
+    // (trigger table, line offset in it, column, message part)
+    let cases = [
+        (
+            "[[trigger]]\nname = \"x\"\non = \"tracepoint\"\nevent = \"sched:no_such_event\"\n",
+            0,
+            1,
+            "tracepoint 'sched:no_such_event' does not exist",
+        ),
+        (
+            "[[trigger]]\nname = \"x\"\non = \"tracepoint\"\nevent = \"sched:sched_process_exec\"\nfilter = \"no_such_field == 1\"\n",
+            0,
+            1,
+            "filter 'no_such_field == 1' rejected",
+        ),
+        (
+            "[[trigger]]\nname = \"x\"\non = \"disk\"\n",
+            2,
+            6,
+            "unknown variant `disk`",
+        ),
+        (
+            "[[trigger]]\nname = \"x\"\non = \"psi\"\npsi = \"cpu some 1s 20s\"\n",
+            3,
+            7,
+            "500ms to 10s",
+        ),
+    ];
+    for (table, line, column, message) in cases {
+        let config = dir.path().join("bad.toml");
+        std::fs::write(&config, format!("{base}{table}")).unwrap();
+        let at = format!(
+            "{}:{}:{column}: ",
+            config.display(),
+            first_extra_line + 1 + line
+        );
+        for flag in ["--check-config", "--config"] {
+            let (code, stderr) = flightrecd_refuses(flag, &config);
+            assert_eq!(code, 2, "{flag} {table}: {stderr}");
+            assert!(stderr.contains(&at), "{flag}: expected {at} in: {stderr}");
+            assert!(
+                stderr.contains(message),
+                "{flag}: expected {message} in: {stderr}"
+            );
+        }
+    }
+}
