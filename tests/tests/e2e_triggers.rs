@@ -396,3 +396,59 @@ fn a_bad_trigger_exits_2_at_its_line_and_column() {
         }
     }
 }
+
+/// The `[[trigger]]` examples of config/flightrec.toml (commented out) and
+/// of README.md's Triggers section.
+fn documented_trigger_examples() -> Vec<(&'static str, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let shipped = std::fs::read_to_string(root.join("config/flightrec.toml")).unwrap();
+    let key = |l: &str| {
+        l == "[[trigger]]"
+            || l.split_once(" = ")
+                .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+    };
+    let from_config: String = shipped
+        .lines()
+        .skip_while(|l| *l != "# [[trigger]]")
+        .filter_map(|l| l.strip_prefix("# "))
+        .filter(|l| key(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("### Triggers")
+        .nth(1)
+        .expect("README has a Triggers section");
+    let from_readme = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block in the Triggers section")
+        .to_string();
+    vec![
+        ("config/flightrec.toml", from_config),
+        ("README.md", from_readme),
+    ]
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_documented_trigger_examples_pass_check_config() {
+    require_root("the_documented_trigger_examples_pass_check_config");
+    let dir = tempfile::tempdir().unwrap();
+    for (source, examples) in documented_trigger_examples() {
+        let tables = examples.matches("[[trigger]]").count();
+        assert!(tables >= 4, "{source}: {tables} examples:\n{examples}");
+        let config = dir.path().join("examples.toml");
+        std::fs::write(&config, test_config(dir.path(), &examples)).unwrap();
+        let out = Command::new(bin_path("flightrecd"))
+            .arg("--check-config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{source}: {stderr}\n{examples}");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(printed.matches("[[trigger]]").count(), tables, "{printed}");
+    }
+}
