@@ -50,6 +50,9 @@ fn main() -> Result<()> {
             sections.push(scenarios::snapshot(&args, ring)?);
         }
     }
+    if args.wants("trigger") {
+        sections.push(scenarios::trigger(&args)?);
+    }
     if args.wants("compression") {
         sections.push(scenarios::compression(&args)?);
     }

@@ -57,6 +57,13 @@ pub struct Setup {
     /// zstd level: perf compresses every dump (`-z`); flightrec compresses
     /// the dumps asked for with `snapctl dump --compress`.
     pub compression: Option<i32>,
+    /// Also record `sched:sched_process_exec` and dump on the exec of a
+    /// program named this: a `[[trigger]]` for flightrec,
+    /// `--switch-output-event` for perf (which takes no filter: any exec).
+    pub exec_trigger: Option<&'static str>,
+    /// Sample times on CLOCK_MONOTONIC (perf: `-k monotonic`; flightrec
+    /// always is when the kernel supports use_clockid).
+    pub monotonic: bool,
 }
 
 impl Setup {
@@ -67,6 +74,8 @@ impl Setup {
             events: EventSet::SwitchAndClock,
             ring_bytes_per_cpu: ring,
             compression: None,
+            exec_trigger: None,
+            monotonic: false,
         }
     }
 }
@@ -130,11 +139,21 @@ impl Recorder {
                     Some(level) => format!("compression = \"none\"\nlevel = {level}\n"),
                     None => "compression = \"none\"\n".into(),
                 };
+                let trigger = match setup.exec_trigger {
+                    Some(name) => format!(
+                        "[[event]]\nname = \"sched:sched_process_exec\"\n\n\
+                         [[trigger]]\nname = \"exec\"\non = \"tracepoint\"\n\
+                         event = \"sched:sched_process_exec\"\n\
+                         filter = 'filename ~ \"*{name}\"'\ncooldown = \"0s\"\n\
+                         max_per_hour = 3600\n"
+                    ),
+                    None => String::new(),
+                };
                 std::fs::write(
                     &config,
                     format!(
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
-                         [buffers]\nper_cpu = \"{ring}\"\n\n{events}\n\
+                         [buffers]\nper_cpu = \"{ring}\"\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
                          [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n",
                         sock = dir.path().join("flightrecd.sock").display(),
@@ -162,6 +181,17 @@ impl Recorder {
                     .arg(snapshots.join("perf.data"));
                 if let Some(level) = setup.compression {
                     cmd.arg(format!("--compression-level={level}"));
+                }
+                if setup.exec_trigger.is_some() {
+                    cmd.args([
+                        "-e",
+                        "sched:sched_process_exec",
+                        "--switch-output-event",
+                        "sched:sched_process_exec",
+                    ]);
+                }
+                if setup.monotonic {
+                    cmd.args(["-k", "monotonic"]);
                 }
                 cmd.stdout(Stdio::null())
                     .stderr(log)
@@ -248,10 +278,31 @@ impl Recorder {
         let before = self.complete_snapshots()?;
         let start = Instant::now();
         kill(Pid::from_raw(self.pid() as i32), Signal::SIGUSR2)?;
+        self.wait_new_snapshot(&before, start, "SIGUSR2")
+    }
+
+    /// Runs `program` (whose exec is the trigger of
+    /// [`Setup::exec_trigger`]), then waits for the new snapshot.
+    pub fn trigger_exec(&mut self, program: &Path) -> Result<Triggered> {
+        let before = self.complete_snapshots()?;
+        let start = Instant::now();
+        let status = Command::new(program).status()?;
+        if !status.success() {
+            bail!("{} failed: {status}", program.display());
+        }
+        self.wait_new_snapshot(&before, start, "the exec")
+    }
+
+    fn wait_new_snapshot(
+        &self,
+        before: &BTreeSet<PathBuf>,
+        start: Instant,
+        what: &str,
+    ) -> Result<Triggered> {
         let deadline = start + Duration::from_secs(120);
         loop {
             let now = self.complete_snapshots()?;
-            if let Some(path) = now.difference(&before).next() {
+            if let Some(path) = now.difference(before).next() {
                 return Ok(Triggered {
                     path: path.clone(),
                     elapsed: start.elapsed(),
@@ -259,7 +310,7 @@ impl Recorder {
                 });
             }
             if Instant::now() > deadline {
-                bail!("{}: no snapshot 120 s after SIGUSR2", self.kind.name());
+                bail!("{}: no snapshot 120 s after {what}", self.kind.name());
             }
             std::thread::sleep(Duration::from_micros(500));
         }

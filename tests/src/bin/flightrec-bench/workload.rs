@@ -58,9 +58,23 @@ pub struct BackgroundLoad {
 
 impl BackgroundLoad {
     pub fn start() -> Result<Self> {
+        Self::messaging(10)
+    }
+
+    /// `perf bench sched messaging -g GROUPS`, looping until dropped.
+    pub fn messaging(groups: u32) -> Result<Self> {
         use std::os::unix::process::CommandExt;
+        let groups = groups.to_string();
         let child = Command::new("perf")
-            .args(["bench", "sched", "messaging", "-g", "10", "-l", "100000000"])
+            .args([
+                "bench",
+                "sched",
+                "messaging",
+                "-g",
+                &groups,
+                "-l",
+                "100000000",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)

@@ -6,6 +6,7 @@ mod memory;
 mod overhead;
 mod scaling;
 mod snapshot;
+mod trigger;
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ pub use memory::{dump_vs_log_fill, memory};
 pub use overhead::overhead;
 pub use scaling::scaling;
 pub use snapshot::snapshot;
+pub use trigger::trigger;
 
 /// The tools in an order that rotates with `run`, so neither tool
 /// always runs first (warm caches, thermal drift).
