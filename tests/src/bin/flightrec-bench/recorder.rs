@@ -103,6 +103,9 @@ impl Kind {
     }
 }
 
+/// Whether a new snapshot is the one a trigger made.
+pub type Accept<'a> = &'a dyn Fn(&Path) -> Result<bool>;
+
 /// A snapshot produced by a trigger, with how long it took to be complete.
 pub struct Triggered {
     pub path: PathBuf,
@@ -275,39 +278,54 @@ impl Recorder {
 
     /// SIGUSR2, then waits until a new complete snapshot file exists.
     pub fn trigger_signal(&mut self) -> Result<Triggered> {
+        self.trigger_signal_until(&|_| Ok(true))
+    }
+
+    /// SIGUSR2, then waits for the first new complete snapshot that
+    /// `accept` takes (perf also switches files on other triggers).
+    pub fn trigger_signal_until(&mut self, accept: Accept<'_>) -> Result<Triggered> {
         let before = self.complete_snapshots()?;
         let start = Instant::now();
         kill(Pid::from_raw(self.pid() as i32), Signal::SIGUSR2)?;
-        self.wait_new_snapshot(&before, start, "SIGUSR2")
+        self.wait_accepted(before, start, "SIGUSR2", accept)
     }
 
     /// Runs `program` (whose exec is the trigger of
-    /// [`Setup::exec_trigger`]), then waits for the new snapshot.
-    pub fn trigger_exec(&mut self, program: &Path) -> Result<Triggered> {
+    /// [`Setup::exec_trigger`]), then waits for the first new snapshot that
+    /// `accept` takes (perf's `--switch-output-event` takes no filter, so
+    /// any exec, such as the harness's own `perf script`, switches too).
+    pub fn trigger_exec(&mut self, program: &Path, accept: Accept<'_>) -> Result<Triggered> {
         let before = self.complete_snapshots()?;
         let start = Instant::now();
         let status = Command::new(program).status()?;
         if !status.success() {
             bail!("{} failed: {status}", program.display());
         }
-        self.wait_new_snapshot(&before, start, "the exec")
+        self.wait_accepted(before, start, "the exec", accept)
     }
 
-    fn wait_new_snapshot(
+    /// Elapsed is taken when the accepted file was first seen complete.
+    fn wait_accepted(
         &self,
-        before: &BTreeSet<PathBuf>,
+        mut seen: BTreeSet<PathBuf>,
         start: Instant,
         what: &str,
+        accept: Accept<'_>,
     ) -> Result<Triggered> {
         let deadline = start + Duration::from_secs(120);
         loop {
             let now = self.complete_snapshots()?;
-            if let Some(path) = now.difference(before).next() {
-                return Ok(Triggered {
-                    path: path.clone(),
-                    elapsed: start.elapsed(),
-                    reply: None,
-                });
+            let found_at = start.elapsed();
+            let new: Vec<PathBuf> = now.difference(&seen).cloned().collect();
+            for path in new {
+                seen.insert(path.clone());
+                if accept(&path)? {
+                    return Ok(Triggered {
+                        path,
+                        elapsed: found_at,
+                        reply: None,
+                    });
+                }
             }
             if Instant::now() > deadline {
                 bail!("{}: no snapshot 120 s after {what}", self.kind.name());

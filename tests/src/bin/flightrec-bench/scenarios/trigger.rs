@@ -118,18 +118,17 @@ pub fn trigger(args: &Args) -> Result<Section> {
             std::thread::sleep(Duration::from_secs(3));
             for _ in 0..shots {
                 let sent = monotonic_ns()?;
-                let shot = recorder.trigger_signal()?;
+                // A file frozen before the signal was sent is another switch's.
+                let shot = recorder.trigger_signal_until(&|p| Ok(sample_times(p)?.0 >= sent))?;
                 f.signal_file.push(shot.elapsed.as_secs_f64() * 1e3);
                 let (newest, _) = sample_times(&shot.path)?;
-                f.signal_freeze.push(ms(newest.saturating_sub(sent)));
+                f.signal_freeze.push(ms(newest - sent));
                 std::thread::sleep(Duration::from_millis(300));
 
-                let shot = recorder.trigger_exec(&probe)?;
+                let shot = recorder.trigger_exec(&probe, &|p| Ok(sample_times(p)?.1.is_some()))?;
                 f.exec_file.push(shot.elapsed.as_secs_f64() * 1e3);
                 let (newest, exec) = sample_times(&shot.path)?;
-                let exec = exec.with_context(|| {
-                    format!("{}: the exec that fired it is missing", shot.path.display())
-                })?;
+                let exec = exec.context("the exec that fired it")?;
                 f.exec_freeze.push(ms(newest.saturating_sub(exec)));
                 std::thread::sleep(Duration::from_millis(300));
             }
