@@ -452,3 +452,53 @@ fn the_documented_trigger_examples_pass_check_config() {
         assert_eq!(printed.matches("[[trigger]]").count(), tables, "{printed}");
     }
 }
+
+/// User + system CPU time of process `pid` so far.
+fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the ")" that ends the comm: utime and stime are 14, 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .unwrap()
+        .unwrap_or(100) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_condition_on_a_busy_tracepoint_costs_little_cpu() {
+    require_root("a_condition_on_a_busy_tracepoint_costs_little_cpu");
+    // The same daemon twice, side by side under the same load; one also
+    // watches sched_switch (thousands of hits a second) for a count it
+    // never reaches.
+    let plain = Daemon::start("");
+    let watching = Daemon::start(
+        r#"
+[[trigger]]
+name = "switches"
+on = "tracepoint"
+event = "sched:sched_switch"
+count = 1000000000
+window = "1s"
+"#,
+    );
+    let load = flightrec_tests::Load::start();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = (cpu_time(plain.pid()), cpu_time(watching.pid()));
+    std::thread::sleep(Duration::from_secs(4));
+    let spent = (
+        cpu_time(plain.pid()) - before.0,
+        cpu_time(watching.pid()) - before.1,
+    );
+    drop(load);
+    let t = trigger_status(&watching, "switches");
+    assert_eq!(t["fired"], 0, "{t}");
+    assert!(
+        spent.1 < spent.0 + Duration::from_millis(200),
+        "watching sched_switch cost {:?} of CPU in 4s, the same daemon without it {:?}",
+        spent.1,
+        spent.0
+    );
+}

@@ -30,6 +30,13 @@ pub use psi::{PROC_PRESSURE, pressure_path};
 
 /// How often losses are read for `on = "loss"` triggers.
 const LOSS_PERIOD: Duration = Duration::from_millis(500);
+/// A ring that had more than one hit to read is left alone this long: a
+/// busy tracepoint (sched_switch as a condition) then costs at most 100
+/// wake-ups a second per CPU instead of one per hit, while the first hit
+/// after a quiet spell is still seen at once.
+const BUSY_SNOOZE: Duration = Duration::from_millis(10);
+/// Most hits run through a gate per ring read.
+const MAX_HITS_PER_READ: u64 = 1 << 16;
 
 /// A condition that fired (one or more times since the last report).
 #[derive(Debug, Clone)]
@@ -87,6 +94,8 @@ enum Source {
     Tracepoint {
         event: String,
         rings: Vec<ConditionRing>,
+        /// Per ring: not polled before this (see [`BUSY_SNOOZE`]).
+        snoozed: Vec<Option<Instant>>,
     },
     Psi {
         file: std::fs::File,
@@ -198,7 +207,12 @@ impl Conditions {
                             name: name.clone(),
                             source,
                         })?;
-                    Source::Tracepoint { event, rings }
+                    let snoozed = vec![None; rings.len()];
+                    Source::Tracepoint {
+                        event,
+                        rings,
+                        snoozed,
+                    }
                 }
                 TriggerOn::Psi => {
                     let spec = t.psi_spec().ok_or_else(|| ConditionError::Psi {
@@ -358,10 +372,19 @@ fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &
     loop {
         let now = Instant::now();
         let mut next_tick: Option<Instant> = None;
-        for w in &watched {
-            let due = match &w.source {
+        for w in &mut watched {
+            let due = match &mut w.source {
                 Source::Loss { next, .. } | Source::Interval { next, .. } => Some(*next),
-                _ => None,
+                Source::Tracepoint { snoozed, .. } => {
+                    // Wake-ups end snoozes that are over; the rest set the timeout.
+                    for s in snoozed.iter_mut() {
+                        if s.is_some_and(|until| until <= now) {
+                            *s = None;
+                        }
+                    }
+                    snoozed.iter().flatten().min().copied()
+                }
+                Source::Psi { .. } => None,
             };
             if let Some(d) = due {
                 next_tick = Some(next_tick.map_or(d, |n| n.min(d)));
@@ -381,8 +404,11 @@ fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &
             let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
             for (wi, w) in watched.iter().enumerate() {
                 match &w.source {
-                    Source::Tracepoint { rings, .. } => {
+                    Source::Tracepoint { rings, snoozed, .. } => {
                         for (ri, r) in rings.iter().enumerate() {
+                            if snoozed[ri].is_some() {
+                                continue;
+                            }
                             fds.push(PollFd::new(r.fd(), PollFlags::POLLIN));
                             slots.push(Slot::Ring {
                                 watched: wi,
@@ -418,12 +444,20 @@ fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &
                 Slot::Stop => return,
                 Slot::Ring { watched: wi, ring } => {
                     let w = &mut watched[wi];
-                    let Source::Tracepoint { event, rings } = &mut w.source else {
+                    let Source::Tracepoint {
+                        event,
+                        rings,
+                        snoozed,
+                    } = &mut w.source
+                    else {
                         continue;
                     };
                     buf.clear();
                     rings[ring].drain(&mut buf);
                     let hits = parse_hits(&buf);
+                    if hits.total() > 1 {
+                        snoozed[ring] = Some(now + BUSY_SNOOZE);
+                    }
                     if hits.total() == 0 {
                         continue;
                     }
@@ -438,7 +472,17 @@ fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &
                         ),
                         None => format!("{event} ({} hits the ring had no room for)", hits.lost),
                     };
-                    judge(w, now, hits.total(), true, matched, sink);
+                    // A burst's hits beyond what the gate can use change
+                    // nothing but the count of suppressed firings: capped so
+                    // a flood costs bounded work.
+                    judge(
+                        w,
+                        now,
+                        hits.total().min(MAX_HITS_PER_READ),
+                        true,
+                        matched,
+                        sink,
+                    );
                 }
                 Slot::Psi { watched: wi } => {
                     let w = &mut watched[wi];

@@ -418,3 +418,14 @@ impl Recorder {
         Ok(())
     }
 }
+
+/// A recorder left running by an error is killed, not left behind (it
+/// would hold whatever the harness held, such as a lock file's fd).
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if self.child.try_wait().is_ok_and(|s| s.is_none()) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
