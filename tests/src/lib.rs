@@ -341,6 +341,32 @@ impl Drop for Daemon {
     }
 }
 
+/// Runs `flightrecd FLAG CONFIG` (`--check-config`, or `--config` for a
+/// daemon that must refuse to start) to its end, killing it and failing
+/// if it still runs after 20 s.
+pub fn flightrecd_to_end(flag: &str, config: &Path) -> std::process::Output {
+    let mut child = Command::new(bin_path("flightrecd"))
+        .arg(flag)
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn flightrecd");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "flightrecd {flag} was still running after 20s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait")
+}
+
 /// `perf script -i PATH ARGS...`: stdout, asserting perf succeeded.
 pub fn perf_script(path: &Path, args: &[&str]) -> String {
     let out = Command::new("perf")
@@ -364,12 +390,18 @@ pub struct Load(Vec<std::process::Child>);
 
 impl Load {
     pub fn start() -> Self {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self::shells(1, "while :; do ls -R /usr/share/doc >/dev/null; done")
+    }
+
+    /// `per_cpu` shells per CPU running `script`.
+    pub fn shells(per_cpu: usize, script: &str) -> Self {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get()) * per_cpu;
         Load(
             (0..n)
                 .map(|_| {
                     Command::new("sh")
-                        .args(["-c", "while :; do ls -R /usr/share/doc >/dev/null; done"])
+                        .args(["-c", script])
+                        .stdout(std::process::Stdio::null())
                         .spawn()
                         .expect("spawn load")
                 })

@@ -7,32 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, bin_path, require_root, test_config};
+use flightrec_tests::{Daemon, bin_path, flightrecd_to_end, require_root, test_config};
 use serde_json::Value;
 
-/// Runs `flightrecd FLAG CONFIG`, killing it if it is still running after
-/// 20 s (a daemon that started although it should not have).
 fn flightrecd(flag: &str, config: &Path) -> Output {
-    let mut child = Command::new(bin_path("flightrecd"))
-        .arg(flag)
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flightrecd");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            panic!(
-                "flightrecd {flag} was still running after 20s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("wait")
+    flightrecd_to_end(flag, config)
 }
 
 fn stderr(out: &Output) -> String {

@@ -5,10 +5,12 @@
 //! trigger stops the daemon with exit 2 at its line and column.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Watcher, bin_path, perf_script, require_root, test_config};
+use flightrec_tests::{
+    Daemon, Load, Watcher, bin_path, flightrecd_to_end, perf_script, require_root, test_config,
+};
 use serde_json::Value;
 
 /// A copy of /bin/true under a recognisable name, to exec.
@@ -74,6 +76,7 @@ on = "tracepoint"
 event = "sched:sched_process_exec"
 filter = 'filename ~ "*flightrec-probe*"'
 label = "probe"
+cooldown = "1h"
 "#,
     );
     let watcher = Watcher::start(&d);
@@ -87,7 +90,7 @@ label = "probe"
     let probe = probe_program(d.dir.path(), "flightrec-probe-1");
     run(&probe);
     let fired = watcher
-        .wait_for("trigger_fired", Duration::from_secs(10))
+        .wait_for("trigger_fired", Duration::from_secs(30))
         .expect("a trigger_fired event");
     assert_eq!(fired["name"], "probe-exec");
     assert_eq!(fired["dumped"], true);
@@ -98,7 +101,7 @@ label = "probe"
             .starts_with("sched:sched_process_exec on CPU "),
         "{fired}"
     );
-    let snaps = wait_snapshots(&d, "condition:probe-exec", 1, Duration::from_secs(10));
+    let snaps = wait_snapshots(&d, "condition:probe-exec", 1, Duration::from_secs(30));
     assert_eq!(snaps[0]["trigger"], "condition:probe-exec");
     assert_eq!(snaps[0]["label"], "probe");
     // The snapshot holds the exec that fired it.
@@ -110,7 +113,7 @@ label = "probe"
         "the exec is not in the snapshot"
     );
     // Until the status shows the dump (written after the snapshot is listed).
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while trigger_status(&d, "probe-exec")["dumped"] != 1 {
         assert!(
             Instant::now() < deadline,
@@ -119,9 +122,9 @@ label = "probe"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // A second exec within the 10 s default cooldown is counted, not dumped.
+    // A second exec within the cooldown is counted, not dumped.
     run(&probe);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let t = trigger_status(&d, "probe-exec");
         if t["suppressed"] == 1 {
@@ -134,7 +137,7 @@ label = "probe"
         std::thread::sleep(Duration::from_millis(20));
     }
     let held = watcher
-        .wait_for("trigger_fired", Duration::from_secs(5))
+        .wait_for("trigger_fired", Duration::from_secs(20))
         .expect("the suppressed firing on Watch");
     assert_eq!(held["dumped"], false);
     assert_eq!(held["suppressed_by"], "cooldown");
@@ -170,43 +173,13 @@ window = "30s"
     assert_eq!(t["fired"], 0, "{t}");
     assert!(snapshots_of(&d, "condition:third-exec").is_empty());
     run(&probe);
-    let snaps = wait_snapshots(&d, "condition:third-exec", 1, Duration::from_secs(10));
+    let snaps = wait_snapshots(&d, "condition:third-exec", 1, Duration::from_secs(30));
     assert_eq!(snaps.len(), 1);
     assert_eq!(
         snaps[0]["label"], "third-exec",
         "the label defaults to the name"
     );
     assert_eq!(trigger_status(&d, "third-exec")["fired"], 1);
-}
-
-/// Busy loops, several per CPU, so runnable tasks wait for a CPU (CPU
-/// pressure), until dropped.
-struct Overload(Vec<Child>);
-
-impl Overload {
-    fn start() -> Self {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get()) * 3;
-        Overload(
-            (0..n)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .stdout(Stdio::null())
-                        .spawn()
-                        .expect("spawn a busy loop")
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Overload {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 #[test]
@@ -223,7 +196,8 @@ cooldown = "1s"
 max_per_hour = 2
 "#,
     );
-    let overload = Overload::start();
+    // Busy loops, three per CPU: runnable tasks wait for a CPU (CPU pressure).
+    let overload = Load::shells(3, "while :; do :; done");
     // The first firing comes within a window or two of overload.
     wait_snapshots(&d, "condition:cpu-pressure", 1, Duration::from_secs(15));
     let started = Instant::now();
@@ -321,22 +295,7 @@ fn reload_adds_and_removes_a_trigger() {
 
 /// Runs `flightrecd FLAG CONFIG` to its end (it must not start).
 fn flightrecd_refuses(flag: &str, config: &Path) -> (i32, String) {
-    let mut child = Command::new(bin_path("flightrecd"))
-        .arg(flag)
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flightrecd");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("flightrecd {flag} started with a bad trigger");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("wait");
+    let out = flightrecd_to_end(flag, config);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -484,7 +443,7 @@ count = 1000000000
 window = "1s"
 "#,
     );
-    let load = flightrec_tests::Load::start();
+    let load = Load::start();
     std::thread::sleep(Duration::from_millis(500));
     let before = (cpu_time(plain.pid()), cpu_time(watching.pid()));
     std::thread::sleep(Duration::from_secs(4));

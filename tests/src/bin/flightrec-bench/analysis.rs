@@ -103,10 +103,12 @@ pub fn analyze(path: &Path) -> Result<Content> {
     Ok(content)
 }
 
-/// perf prints `:PID` as the comm of a thread it has no COMM record for.
-fn count_resolved_comms(path: &Path, content: &mut Content) -> Result<()> {
+/// `perf script ARGS -i PATH`: its output, or an error with perf's.
+pub fn perf_script(path: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new("perf")
-        .args(["script", "-F", "comm,pid", "-i"])
+        .arg("script")
+        .args(args)
+        .arg("-i")
         .arg(path)
         .output()
         .context("running perf script")?;
@@ -117,7 +119,12 @@ fn count_resolved_comms(path: &Path, content: &mut Content) -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// perf prints `:PID` as the comm of a thread it has no COMM record for.
+fn count_resolved_comms(path: &Path, content: &mut Content) -> Result<()> {
+    for line in perf_script(path, &["-F", "comm,pid"])?.lines() {
         let line = line.trim();
         if line.is_empty() {
             continue;

@@ -10,7 +10,6 @@
 //! sample that fired the condition.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -18,6 +17,7 @@ use nix::time::{ClockId, clock_gettime};
 
 use super::alternate;
 use crate::MIB;
+use crate::analysis::perf_script;
 use crate::cli::Args;
 use crate::recorder::{EventSet, Kind, Recorder, Setup};
 use crate::report::{Row, Section, show};
@@ -46,21 +46,10 @@ fn parse_time(token: &str) -> Option<u64> {
 /// The newest sample time in `path`, and the time of the probe's exec
 /// sample if there is one.
 fn sample_times(path: &Path) -> Result<(u64, Option<u64>)> {
-    let out = Command::new("perf")
-        .args(["script", "--ns", "-F", "comm,time,event", "-i"])
-        .arg(path)
-        .output()
-        .context("running perf script")?;
-    if !out.status.success() {
-        bail!(
-            "perf script -i {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let script = perf_script(path, &["--ns", "-F", "comm,time,event"])?;
     let mut newest = 0;
     let mut exec = None;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in script.lines() {
         let tokens: Vec<&str> = line.split_whitespace().collect();
         let Some(at) = tokens.iter().position(|t| parse_time(t).is_some()) else {
             continue;
