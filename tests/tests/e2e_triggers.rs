@@ -461,3 +461,34 @@ window = "1s"
         spent.0
     );
 }
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_loss_trigger_fires_when_a_tiny_tracking_ring_overflows() {
+    require_root("a_loss_trigger_fires_when_a_tiny_tracking_ring_overflows");
+    let mut d = Daemon::start("");
+    // One page of tracking ring per CPU against an exec storm: the kernel
+    // drops records before the drain thread gets to them.
+    let text = test_config(
+        d.dir.path(),
+        "[[trigger]]\nname = \"losses\"\non = \"loss\"\ncount = 1\nwindow = \"5s\"\n",
+    )
+    .replace("tracking = \"256KiB\"", "tracking = \"4KiB\"");
+    std::fs::write(&d.config, text).unwrap();
+    d.json(&["reload"]);
+    assert_eq!(trigger_status(&d, "losses")["fired"], 0);
+    let storm = Load::shells(2, "while :; do /bin/true; done");
+    let snaps = wait_snapshots(&d, "condition:losses", 1, Duration::from_secs(60));
+    drop(storm);
+    let lost: u64 = d.json(&["status"])["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["lost_tracking"].as_u64().unwrap() + c["lost_samples"].as_u64().unwrap())
+        .sum();
+    assert!(lost > 0, "the trigger fired without a loss");
+    let t = trigger_status(&d, "losses");
+    assert!(t["last_matched"].as_str().unwrap().contains("lost"), "{t}");
+    assert_eq!(snaps[0]["label"], "losses");
+    d.stop();
+}
