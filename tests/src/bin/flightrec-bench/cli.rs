@@ -16,11 +16,12 @@ pub struct Args {
     /// Shorter workloads and fewer sizes: a smoke run, not figures to quote.
     #[arg(long)]
     pub quick: bool,
-    /// Scenarios to run (overhead, snapshot, compression, scaling, memory).
+    /// Scenarios to run (overhead, snapshot, compression, scaling, memory,
+    /// loss).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "overhead,snapshot,compression,scaling,memory"
+        default_value = "overhead,snapshot,compression,scaling,memory,loss"
     )]
     pub only: Vec<String>,
     /// Also write the results as Markdown to this file.

@@ -57,6 +57,9 @@ pub struct Setup {
     /// zstd level: perf compresses every dump (`-z`); flightrec compresses
     /// the dumps asked for with `snapctl dump --compress`.
     pub compression: Option<i32>,
+    /// flightrec's `buffers.lossless_freeze` (standby rings); false pauses
+    /// the rings for the copy, as perf does.
+    pub lossless_freeze: bool,
 }
 
 impl Setup {
@@ -67,6 +70,7 @@ impl Setup {
             events: EventSet::SwitchAndClock,
             ring_bytes_per_cpu: ring,
             compression: None,
+            lossless_freeze: true,
         }
     }
 }
@@ -134,12 +138,13 @@ impl Recorder {
                     &config,
                     format!(
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
-                         [buffers]\nper_cpu = \"{ring}\"\n\n{events}\n\
+                         [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
                          [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
+                        lossless = setup.lossless_freeze,
                         events = setup.events.flightrec_toml(),
                     ),
                 )?;
@@ -333,6 +338,18 @@ impl Recorder {
 
     /// Stops the recorder (SIGTERM for flightrecd, SIGINT for perf) and waits.
     pub fn stop(mut self) -> Result<()> {
+        self.halt()
+    }
+
+    /// Stops the recorder and returns its complete snapshots (perf's last
+    /// one, written at exit, among them), with the directory holding them.
+    pub fn stop_keeping_files(mut self) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>)> {
+        self.halt()?;
+        let files = self.complete_snapshots()?;
+        Ok((self.dir, files))
+    }
+
+    fn halt(&mut self) -> Result<()> {
         let signal = match self.kind {
             Kind::Flightrec => Signal::SIGTERM,
             Kind::Perf => Signal::SIGINT,

@@ -25,6 +25,7 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
         events,
         ring_bytes_per_cpu: 4 * MIB,
         compression: None,
+        lossless_freeze: true,
     };
     let mut wall: [Vec<f64>; 3] = Default::default();
     let mut cpu_share: [Vec<f64>; 2] = Default::default();
