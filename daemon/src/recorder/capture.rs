@@ -465,9 +465,14 @@ fn freeze(cpu: &CpuRing) -> Result<usize, PerfError> {
     // Disabled since the last capture copied it: its head is still.
     next.enabled_at_head
         .store(next.ring.data_head(), Ordering::Release);
-    next.ring.enable()?;
+    if let Err(e) = next.ring.enable() {
+        // Some of its events may be on: the active set alone records.
+        let _ = next.ring.disable();
+        return Err(e);
+    }
     if let Err(e) = cpu.sets[active].ring.disable() {
-        // Keep one set recording, the one that was.
+        // Keep one set recording, the one that was (whole again).
+        let _ = cpu.sets[active].ring.enable();
         let _ = next.ring.disable();
         return Err(e);
     }
