@@ -56,6 +56,11 @@ pub struct BuffersConfig {
     pub tracking: Spanned<ByteSize>,
     /// The daemon's user-space log of tracking records.
     pub tracking_log: Spanned<ByteSize>,
+    /// A second (standby) sample ring per CPU that a dump switches to, so
+    /// freezing the rings loses no sample; `false` pauses the one ring
+    /// instead (half the sample-ring memory, about one sample lost per CPU
+    /// per dump under load).
+    pub lossless_freeze: bool,
 }
 
 /// One `[[event]]`.
@@ -159,6 +164,7 @@ impl Default for BuffersConfig {
             per_cpu: unspanned(ByteSize::mib(4)),
             tracking: unspanned(ByteSize::kib(512)),
             tracking_log: unspanned(ByteSize::mib(64)),
+            lossless_freeze: true,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Sample rings on the real kernel: wrap, walk, copy, and the samples lost
-//! while a capture holds a ring paused. Needs root (see `require_root`).
+//! Sample rings on the real kernel: wrap, walk, copy, the samples lost
+//! while a capture holds a ring paused, and the lossless freeze that
+//! switches to a standby ring instead. Needs root (see `require_root`).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -71,9 +72,14 @@ impl SwitchLoad {
 }
 
 fn sched_switch_recorder(ring_bytes: u64) -> Recorder {
+    recorder_with_freeze(ring_bytes, true)
+}
+
+fn recorder_with_freeze(ring_bytes: u64, lossless_freeze: bool) -> Recorder {
     let config = RecorderConfig {
         events: vec![EventSpec::new("sched:sched_switch")],
         ring_bytes_per_cpu: ring_bytes,
+        lossless_freeze,
         ..RecorderConfig::default()
     };
     Recorder::start(&config).expect("recorder starts")
@@ -105,6 +111,8 @@ fn check_cpu(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
                 previous = Some(time);
             }
             record_type::LOST => lost.push(get_u64(record, 16)),
+            // An event's (un)throttling is logged in its ring.
+            record_type::THROTTLE | record_type::UNTHROTTLE => {}
             other => panic!("CPU {}: unexpected record type {other}", c.cpu),
         }
     }
@@ -117,6 +125,7 @@ fn check_cpu(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn wrapped_rings_walk_whole_and_ordered() {
     require_root("wrapped_rings_walk_whole_and_ordered");
+    let _alone = one_at_a_time();
     let recorder = sched_switch_recorder(16 * 1024);
     let cpus = recorder.cpus();
     let sample_type = recorder.events()[0].attr.sample_type;
@@ -165,16 +174,18 @@ fn wrapped_rings_walk_whole_and_ordered() {
     );
     assert_eq!(capture.events.len(), 2);
     assert_eq!(capture.events[1].name, "dummy:HG");
-    assert_eq!(capture.events[0].ids.len(), cpus.len());
+    // One id per CPU for each of the two sets (the standby one).
+    assert_eq!(capture.events[0].ids.len(), 2 * cpus.len());
 }
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn samples_lost_while_paused_show_after_resume() {
     require_root("samples_lost_while_paused_show_after_resume");
+    let _alone = one_at_a_time();
     // Big enough that the LOST record written at resume is still in the
-    // ring at the next capture.
-    let recorder = sched_switch_recorder(4 << 20);
+    // ring at the next capture; paused, not switched.
+    let recorder = recorder_with_freeze(4 << 20, false);
     let cpus = recorder.cpus();
     let sample_type = recorder.events()[0].attr.sample_type;
     let load = SwitchLoad::start(&cpus);
@@ -219,4 +230,174 @@ fn samples_lost_while_paused_show_after_resume() {
             .map(|c| c.lost_while_paused)
             .collect::<Vec<_>>()
     );
+}
+
+/// A recorder of `cpu-clock` every 100 µs on every CPU: with a [`Spin`]
+/// keeping every CPU busy (cpu-clock does not tick in idle), a gap between
+/// samples is a gap in the recording.
+fn clock_recorder(lossless_freeze: bool) -> Recorder {
+    let config = RecorderConfig {
+        events: vec![EventSpec {
+            period: Some(CLOCK_PERIOD_NS),
+            ..EventSpec::new("cpu-clock")
+        }],
+        ring_bytes_per_cpu: 4 << 20,
+        lossless_freeze,
+        ..RecorderConfig::default()
+    };
+    Recorder::start(&config).expect("recorder starts")
+}
+
+const CLOCK_PERIOD_NS: u64 = 100_000;
+/// Longest gap between two cpu-clock samples of one CPU that is not a gap
+/// in the recording: two periods and timer slack in the VM.
+const CLOCK_GAP_NS: u64 = 1_000_000;
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_lossless_freeze_loses_nothing_and_windows_do_not_repeat() {
+    require_root("the_lossless_freeze_loses_nothing_and_windows_do_not_repeat");
+    let _alone = one_at_a_time();
+    let recorder = clock_recorder(true);
+    let cpus = recorder.cpus();
+    let _spin = Spin::start(&cpus);
+    let sample_type = recorder.events()[0].attr.sample_type;
+    // Two ids per CPU: the active and the standby set.
+    assert_eq!(recorder.events()[0].ids.len(), 2 * cpus.len());
+    std::thread::sleep(Duration::from_millis(50));
+    // Hold each frozen ring 20 ms: the clock keeps ticking, into the
+    // standby ring.
+    let first = recorder
+        .capture_with_pause_hook(&|_| std::thread::sleep(HOLD))
+        .expect("capture");
+    std::thread::sleep(Duration::from_millis(20));
+    let second = recorder.capture().expect("second capture");
+    std::thread::sleep(Duration::from_millis(20));
+    // Back on the first set's ring, which still holds the first window.
+    let third = recorder.capture().expect("third capture");
+
+    for i in 0..cpus.len() {
+        let (a, b, c) = (&first.cpus[i], &second.cpus[i], &third.cpus[i]);
+        for capture in [a, b, c] {
+            assert_eq!(capture.lost_while_paused, 0, "CPU {}", capture.cpu);
+            assert_eq!(capture.lost_since_start, 0, "CPU {}", capture.cpu);
+            assert_eq!(capture.pause, Duration::ZERO);
+            assert!(
+                check_cpu(capture, sample_type).is_empty(),
+                "CPU {}: no LOST record",
+                capture.cpu
+            );
+            assert!(capture.record_count > 0, "CPU {}", capture.cpu);
+        }
+        let (a_new, b_old, b_new, c_old) = (
+            a.newest_ns.unwrap(),
+            b.oldest_ns.unwrap(),
+            b.newest_ns.unwrap(),
+            c.oldest_ns.unwrap(),
+        );
+        // The standby ring recorded the hold: the second window starts
+        // where the first ends (the sets overlap for microseconds, so a
+        // tick may be in both); a pause would leave a 20 ms hole.
+        assert!(
+            b_old <= a_new + CLOCK_GAP_NS,
+            "CPU {}: {} µs between the windows",
+            a.cpu,
+            (b_old - a_new) / 1000
+        );
+        // The third window is the first set's ring again, walked only
+        // from where the second capture re-enabled it.
+        assert!(
+            c_old > a_new,
+            "CPU {}: the third window repeats the first ({c_old} <= {a_new})",
+            c.cpu
+        );
+        assert!(
+            c_old <= b_new + CLOCK_GAP_NS,
+            "CPU {}: {} µs between the second and third windows",
+            c.cpu,
+            (c_old - b_new) / 1000
+        );
+    }
+    for s in recorder.status().cpus {
+        assert_eq!(s.lost_samples, 0);
+        assert!(s.standby_ring);
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_paused_freeze_leaves_a_hole_between_windows() {
+    // The control for the test above: the same hold, pausing instead.
+    require_root("a_paused_freeze_leaves_a_hole_between_windows");
+    let _alone = one_at_a_time();
+    let recorder = clock_recorder(false);
+    let _spin = Spin::start(&recorder.cpus());
+    std::thread::sleep(Duration::from_millis(50));
+    let first = recorder
+        .capture_with_pause_hook(&|_| std::thread::sleep(HOLD))
+        .expect("capture");
+    let second = recorder.capture().expect("second capture");
+    for (a, b) in first.cpus.iter().zip(&second.cpus) {
+        assert!(a.lost_while_paused > 0, "CPU {}", a.cpu);
+        // The second window reaches back into the first (one ring), but
+        // holds nothing from the hold after the first window's newest
+        // sample.
+        let newest = a.newest_ns.unwrap();
+        let held = newest + 1..newest + HOLD.as_nanos() as u64 / 2;
+        let times = sample_times(b, recorder.events()[0].attr.sample_type);
+        assert!(
+            !times.iter().any(|t| held.contains(t)),
+            "CPU {}: samples of a paused moment",
+            a.cpu
+        );
+    }
+}
+
+/// A thread per CPU, pinned to it, spinning until dropped.
+struct Spin(Arc<AtomicBool>, Vec<JoinHandle<()>>);
+
+impl Spin {
+    fn start(cpus: &[u32]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = cpus
+            .iter()
+            .map(|&cpu| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    pin_to(cpu);
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Self(stop, threads)
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+const HOLD: Duration = Duration::from_millis(20);
+
+fn sample_times(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
+    let layout = SampleLayout::new(sample_type);
+    flightrecd::ring::records(&c.records)
+        .filter_map(Result::ok)
+        .filter(|(h, _)| h.type_ == record_type::SAMPLE)
+        .filter_map(|(_, r)| layout.time_and_cpu(r).0)
+        .collect()
+}
+
+/// These tests time what happens under load: run them one at a time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -2,18 +2,31 @@
 //! log behind one [`Recorder`], and the freeze-walk-copy that turns them into
 //! a [`Capture`].
 //!
-//! A capture pauses each CPU's ring only for a memcpy of its used bytes
-//! (CPUs in parallel), resumes it, and only then walks the copy:
-//! `data_head` is re-read after the copy, and if a writer that was already
-//! past the pause check moved it by `d` bytes, the oldest `d` bytes of the
-//! window are not trusted: it overwrote them as it finished (the pause only
-//! stops writers that have not yet passed its check). The tracking rings
+//! With the lossless freeze (the default) every CPU has two sets of the
+//! sample events, each with its own ring, and only one set is enabled. A
+//! capture enables the standby set and then disables the active one (CPUs
+//! in parallel), so every moment is recorded by at least one set and
+//! nothing is dropped; it then copies the now idle ring, walking only what
+//! was written since that set was last enabled (older bytes belong to the
+//! window before). The next capture swaps the roles back. Re-pointing the
+//! events with `PERF_EVENT_IOC_SET_OUTPUT` instead would not double the
+//! events, but on this kernel each re-point of an event waits for an RCU
+//! grace period (6-18 ms measured), against microseconds for an enable.
+//!
+//! Without it (`buffers.lossless_freeze = false`) a capture pauses each
+//! CPU's one ring for a memcpy of its used bytes and resumes it; samples
+//! arriving during the pause are dropped and counted by the kernel.
+//!
+//! Either way the copy is walked only after `data_head` is re-read: if a
+//! writer that was already past the pause (or disable) when it took effect
+//! moved it by `d` bytes, the oldest `d` bytes of the window are not
+//! trusted: it overwrote them as it finished. The tracking rings
 //! are drained after the sample rings resume, so the log covers every sample
 //! of the window; the window's tracking records are found by the size-at-end
 //! backward walk over the log, and the process state at the window start
 //! from the newest checkpoint of the process table the log keeps before it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -52,6 +65,10 @@ pub struct RecorderConfig {
     pub tracking_limits: TrackingLimits,
     /// Records between checkpoints of the process table, in bytes.
     pub tracking_checkpoint_bytes: u64,
+    /// A standby set of sample events and ring per CPU, switched to at a
+    /// capture instead of pausing the ring: nothing is lost, for twice the
+    /// sample-ring memory.
+    pub lossless_freeze: bool,
 }
 
 impl Default for RecorderConfig {
@@ -63,6 +80,7 @@ impl Default for RecorderConfig {
             tracking_log_bytes: 16 << 20,
             tracking_limits: TrackingLimits::default(),
             tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            lossless_freeze: true,
         }
     }
 }
@@ -100,6 +118,9 @@ pub struct CpuStatus {
     pub ring_bytes: u64,
     /// Samples dropped since start (only while a capture paused the ring).
     pub lost_samples: u64,
+    /// Whether captures switch to a standby ring (`ring_bytes` more of
+    /// kernel memory) instead of pausing.
+    pub standby_ring: bool,
     /// Tracking records the kernel could not write (ring full).
     pub lost_tracking_records: u64,
     /// Bytes of a tracking ring that were not valid records.
@@ -119,12 +140,41 @@ pub struct RecorderStatus {
     pub tracking_drain_failure: Option<String>,
 }
 
-struct CpuRing {
+/// One set of the sample events on a CPU, with its ring.
+struct RingSet {
     ring: SampleRing,
+    /// `data_head` when the set was last enabled: the bytes from there to
+    /// the head are its current window; older ones are an earlier window's.
+    enabled_at_head: AtomicU64,
+}
+
+struct CpuRing {
+    /// One set, or two with the lossless freeze (the active one and the
+    /// standby).
+    sets: Vec<RingSet>,
+    /// Index in `sets` of the enabled set.
+    active: AtomicUsize,
     /// The copy target, kept (and its pages touched) between captures so
     /// the paused memcpy never page-faults.
     scratch: Mutex<Vec<u8>>,
     last_lost: AtomicU64,
+}
+
+impl CpuRing {
+    fn cpu(&self) -> u32 {
+        self.sets[0].ring.cpu()
+    }
+
+    fn data_size(&self) -> usize {
+        self.sets[0].ring.data_size()
+    }
+
+    /// Samples the kernel dropped on this CPU, over every set.
+    fn lost(&self) -> Result<u64, PerfError> {
+        self.sets
+            .iter()
+            .try_fold(0u64, |sum, set| Ok(sum.wrapping_add(set.ring.lost()?)))
+    }
 }
 
 /// Records continuously; [`Recorder::capture`] freezes and copies.
@@ -186,16 +236,25 @@ impl Recorder {
             source,
         })?;
 
+        let sets_per_cpu = if config.lossless_freeze { 2 } else { 1 };
         let mut rings = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
-            let ring = SampleRing::open(cpu, &resolved, sample_pages)?;
-            let mut scratch = vec![0u8; ring.data_size()];
+            let sets = (0..sets_per_cpu)
+                .map(|_| {
+                    Ok(RingSet {
+                        ring: SampleRing::open(cpu, &resolved, sample_pages)?,
+                        enabled_at_head: AtomicU64::new(0),
+                    })
+                })
+                .collect::<Result<Vec<_>, PerfError>>()?;
+            let mut scratch = vec![0u8; sets[0].ring.data_size()];
             // Write every page now (calloc'ed pages are mapped lazily).
             for byte in scratch.iter_mut().step_by(page) {
                 *byte = std::hint::black_box(0);
             }
             rings.push(CpuRing {
-                ring,
+                sets,
+                active: AtomicUsize::new(0),
                 scratch: Mutex::new(scratch),
                 last_lost: AtomicU64::new(0),
             });
@@ -204,7 +263,11 @@ impl Recorder {
         let mut layouts = RecordLayouts::default();
         let mut events = Vec::with_capacity(resolved.len() + 1);
         for (i, event) in resolved.iter().enumerate() {
-            let ids: Vec<u64> = rings.iter().map(|r| r.ring.ids()[i]).collect();
+            // Every CPU's first set, then every CPU's standby set: the
+            // first `cpus.len()` ids are one per CPU in CPU order.
+            let ids: Vec<u64> = (0..sets_per_cpu)
+                .flat_map(|set| rings.iter().map(move |r| r.sets[set].ring.ids()[i]))
+                .collect();
             for &id in &ids {
                 layouts.insert(id, event.attr.sample_type);
             }
@@ -227,7 +290,7 @@ impl Recorder {
         });
 
         for ring in &rings {
-            ring.ring.enable()?;
+            ring.sets[0].ring.enable()?;
         }
         let mut tracking = Tracking::new(tracking_rings, log);
         tracking.drain();
@@ -268,18 +331,19 @@ impl Recorder {
 
     /// The CPUs recorded, ascending.
     pub fn cpus(&self) -> Vec<u32> {
-        self.rings.iter().map(|r| r.ring.cpu()).collect()
+        self.rings.iter().map(CpuRing::cpu).collect()
     }
 
-    /// Freezes every sample ring in turn (in parallel), copies, resumes,
-    /// then walks the copies and the tracking log.
+    /// Freezes every CPU's sample ring (in parallel: switched to the
+    /// standby set, or paused), copies it (and resumes a paused one), then
+    /// walks the copies and the tracking log.
     pub fn capture(&self) -> Result<Capture, CaptureError> {
         self.capture_with_pause_hook(&|_| {})
     }
 
     /// [`Recorder::capture`] calling `hook(cpu)` while that CPU's ring is
-    /// paused, after its copy: tests and benchmarks use it to stretch or
-    /// observe the pause.
+    /// frozen, after its copy: tests and benchmarks use it to stretch or
+    /// observe the freeze.
     pub fn capture_with_pause_hook(
         &self,
         hook: &(dyn Fn(u32) + Sync),
@@ -342,8 +406,8 @@ impl Recorder {
             .rings
             .iter()
             .map(|r| {
-                let cpu = r.ring.cpu();
-                let lost_samples = match r.ring.lost() {
+                let cpu = r.cpu();
+                let lost_samples = match r.lost() {
                     Ok(n) => {
                         r.last_lost.store(n, Ordering::Relaxed);
                         n
@@ -354,8 +418,9 @@ impl Recorder {
                     |v: &[(u32, u64)]| v.iter().find(|(c, _)| *c == cpu).map_or(0, |&(_, n)| n);
                 CpuStatus {
                     cpu,
-                    ring_bytes: r.ring.data_size() as u64,
+                    ring_bytes: r.data_size() as u64,
                     lost_samples,
+                    standby_ring: r.sets.len() > 1,
                     lost_tracking_records: find(&lost_tracking),
                     tracking_malformed_bytes: find(&malformed),
                 }
@@ -380,52 +445,98 @@ impl Drop for Recorder {
     }
 }
 
-/// Shortest time between pausing a ring and re-reading its `data_head`.
+/// Shortest time between freezing a ring (pausing it or disabling its
+/// events) and re-reading its `data_head`.
 pub const WRITER_GRACE: std::time::Duration = std::time::Duration::from_micros(5);
+
+/// Stops the kernel writing `cpu`'s active ring and returns the index of
+/// the set whose ring is now frozen. With a standby set, that set is
+/// enabled before the active one is disabled: the two overlap for a few
+/// microseconds (a record of that moment may be in both windows), never
+/// leave a gap. Without one, the ring is paused (writes dropped, counted).
+fn freeze(cpu: &CpuRing) -> Result<usize, PerfError> {
+    let active = cpu.active.load(Ordering::Acquire);
+    if cpu.sets.len() == 1 {
+        cpu.sets[active].ring.pause()?;
+        return Ok(active);
+    }
+    let standby = (active + 1) % cpu.sets.len();
+    let next = &cpu.sets[standby];
+    // Disabled since the last capture copied it: its head is still.
+    next.enabled_at_head
+        .store(next.ring.data_head(), Ordering::Release);
+    if let Err(e) = next.ring.enable() {
+        // Some of its events may be on: the active set alone records.
+        let _ = next.ring.disable();
+        return Err(e);
+    }
+    if let Err(e) = cpu.sets[active].ring.disable() {
+        // Keep one set recording, the one that was (whole again).
+        let _ = cpu.sets[active].ring.enable();
+        let _ = next.ring.disable();
+        return Err(e);
+    }
+    cpu.active.store(standby, Ordering::Release);
+    Ok(active)
+}
 
 fn capture_cpu(
     cpu: &CpuRing,
     layouts: &RecordLayouts,
     hook: &(dyn Fn(u32) + Sync),
 ) -> Result<CpuCapture, PerfError> {
-    let ring = &cpu.ring;
-    let lost_before = ring.lost()?;
+    let lost_before = cpu.lost()?;
     let mut scratch = lock(&cpu.scratch);
 
     let started = Instant::now();
-    ring.pause()?;
-    let paused_at = Instant::now();
+    let frozen = freeze(cpu)?;
+    let frozen_at = Instant::now();
+    let set = &cpu.sets[frozen];
+    let ring = &set.ring;
     let head = ring.data_head();
     ring.copy_used(head, &mut scratch);
     hook(ring.cpu());
-    // A writer already past the pause check finishes within microseconds
-    // (output runs with preemption off); a tiny ring's copy can be quicker,
-    // so give it that long before asking how far it moved data_head.
-    while paused_at.elapsed() < WRITER_GRACE {
+    // A writer already past the pause check (or the event's enabled check)
+    // finishes within microseconds (output runs with preemption off); a
+    // tiny ring's copy can be quicker, so give it that long before asking
+    // how far it moved data_head.
+    while frozen_at.elapsed() < WRITER_GRACE {
         std::hint::spin_loop();
     }
     let head_after = ring.data_head();
-    let resumed = ring.resume();
-    let pause = started.elapsed();
-    resumed?;
+    let paused = cpu.sets.len() == 1;
+    let pause = if paused {
+        let resumed = ring.resume();
+        let pause = started.elapsed();
+        resumed?;
+        pause
+    } else {
+        std::time::Duration::ZERO
+    };
 
-    // Writers past the pause check when it took effect overwrote the
-    // oldest bytes of the window as they finished.
+    // Writers past the freeze when it took effect overwrote the oldest
+    // bytes of the window as they finished; bytes written before the set
+    // was enabled belong to an earlier window.
     let moved = head.wrapping_sub(head_after);
     let size = scratch.len() as u64;
-    let range = find_range_limited(&scratch, head, size.saturating_sub(moved));
+    let since_enabled = set
+        .enabled_at_head
+        .load(Ordering::Acquire)
+        .wrapping_sub(head);
+    let trusted = size.saturating_sub(moved).min(since_enabled);
+    let range = find_range_limited(&scratch, head, trusted);
     let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
     copy_range(&scratch, &range, &mut records);
     drop(scratch);
 
-    let lost_after = ring.lost()?;
+    let lost_after = cpu.lost()?;
     cpu.last_lost.store(lost_after, Ordering::Relaxed);
     let summary = summarize(&mut records, layouts);
     Ok(CpuCapture {
         cpu: ring.cpu(),
         record_count: summary.count,
         ring_bytes: size,
-        wrapped: range.wrapped,
+        wrapped: since_enabled > size,
         oldest_ns: summary.oldest,
         newest_ns: summary.newest,
         lost_while_paused: lost_after.saturating_sub(lost_before),

@@ -46,7 +46,8 @@ pub struct CpuCapture {
     pub record_count: u64,
     /// Size of the ring's data area.
     pub ring_bytes: u64,
-    /// Whether the ring had wrapped (overwritten its oldest records).
+    /// Whether the ring had wrapped (overwritten its oldest records) since
+    /// the window began.
     pub wrapped: bool,
     /// Sample time of the oldest and newest records (perf clock, ns).
     pub oldest_ns: Option<u64>,
@@ -55,7 +56,8 @@ pub struct CpuCapture {
     pub lost_while_paused: u64,
     /// Samples lost on this CPU since the rings were opened.
     pub lost_since_start: u64,
-    /// How long the ring stayed paused.
+    /// How long the ring stayed paused (zero with the lossless freeze,
+    /// which switches to a standby ring and pauses nothing).
     pub pause: Duration,
     /// Set when the walk met a record header that cannot be right; the
     /// records before it are still returned.

@@ -95,6 +95,7 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
                 .unwrap_or(usize::MAX),
         },
         tracking_checkpoint_bytes: config.tracking.checkpoint_interval.get_ref().bytes(),
+        lossless_freeze: config.buffers.lossless_freeze,
     }
 }
 

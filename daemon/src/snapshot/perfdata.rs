@@ -11,10 +11,12 @@
 //!    held them (perf 6.1 sorts a whole file by time when it has no
 //!    FINISHED_ROUND records, which this writer never emits);
 //! 4. loss records: per CPU a LOST_SAMPLES with the samples lost inside the
-//!    window (the kernel's own LOST records found in the ring) plus those
-//!    dropped while the ring was paused for this capture (the moments right
-//!    after the trigger), and a LOST for the latter, stamped at the CPU's
-//!    newest sample.
+//!    window (the kernel's own LOST records found in the ring), stamped
+//!    after the CPU's newest sample. Samples dropped while a capture paused
+//!    the ring (`buffers.lossless_freeze = false`) were dropped after the
+//!    window ended: they are not this snapshot's to report (the dump's reply
+//!    and `status` count them; the kernel's LOST record for them is in the
+//!    next snapshot's window).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -278,8 +280,8 @@ pub fn write_perf_data<'a>(
         summary.first_sample_ns = min_opt(summary.first_sample_ns, cpu.oldest_ns);
         summary.last_sample_ns = max_opt(summary.last_sample_ns, cpu.newest_ns);
 
-        // 4. Losses.
-        let lost = lost_in_window.saturating_add(cpu.lost_while_paused);
+        // 4. Losses inside the window only.
+        let lost = lost_in_window;
         if lost == 0 {
             continue;
         }
@@ -295,9 +297,6 @@ pub fn write_perf_data<'a>(
             cpu: cpu.cpu,
         };
         let attr = &events[sample_event].attr;
-        if cpu.lost_while_paused > 0 {
-            synth::push_lost(&mut tail, attr, cpu.lost_while_paused, &id);
-        }
         synth::push_lost_samples(&mut tail, attr, lost, &id);
         summary.lost_samples = summary.lost_samples.saturating_add(lost);
     }
@@ -614,18 +613,35 @@ mod tests {
     }
 
     #[test]
-    fn losses_become_lost_and_lost_samples_records() {
+    fn losses_in_the_window_are_reported_and_those_after_it_are_not() {
         let spec = SyntheticSpec {
             lost_while_paused: 17,
             ..Default::default()
         };
-        let capture = synthetic_capture(&spec);
         let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        // Dropped while this capture paused the rings: after the window.
+        let capture = synthetic_capture(&spec);
         let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
-        assert_eq!(data.summary.lost_samples, 34);
+        assert_eq!(data.summary.lost_samples, 0);
         let seen = read_back(&data.to_vec());
-        assert_eq!(seen.lost, [(1000, 17), (1001, 17)]);
-        assert_eq!(seen.lost_samples_records, 2);
+        assert_eq!(seen.lost, []);
+        assert_eq!(seen.lost_samples_records, 0);
+
+        // The kernel's LOST record in CPU 0's ring: a loss inside the window.
+        let mut capture = synthetic_capture(&spec);
+        let cpu0 = &mut capture.cpus[0];
+        let time = cpu0.newest_ns.unwrap();
+        // id, lost, then sample_id: pid/tid, time, cpu, identifier.
+        let lost = crate::ring::test_records::with_words(
+            record_type::LOST,
+            &[1000, 5, 1 | (1 << 32), time, 0, 1000],
+        );
+        cpu0.records.splice(0..0, lost);
+        let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        assert_eq!(data.summary.lost_samples, 5);
+        let seen = read_back(&data.to_vec());
+        assert_eq!(seen.lost, [(1000, 5)]);
+        assert_eq!(seen.lost_samples_records, 1);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Records the writer makes up: the state at the window's start (COMM,
-//! MMAP2, the kernel MMAP) and the loss counts (LOST, LOST_SAMPLES).
+//! MMAP2, the kernel MMAP) and the loss count (LOST_SAMPLES).
 //!
 //! Every record carries a `sample_id` trailer laid out for the attr whose id
 //! it names, so perf assigns it to a known event and time-orders it.
@@ -144,14 +144,6 @@ pub fn push_kernel_mmap(out: &mut Vec<u8>, attr: &EventAttr, text: u64, id: &Sam
         b.extend_from_slice(&(u64::MAX - text).to_le_bytes());
         b.extend_from_slice(&text.to_le_bytes());
         push_padded_str(b, KERNEL_MMAP_NAME.as_bytes());
-    });
-}
-
-/// LOST: `lost` records of event `id.id` were dropped (perf: "lost N chunks").
-pub fn push_lost(out: &mut Vec<u8>, attr: &EventAttr, lost: u64, id: &SampleId) {
-    push_record(out, record_type::LOST, 0, attr, id, |b| {
-        b.extend_from_slice(&id.id.to_le_bytes());
-        b.extend_from_slice(&lost.to_le_bytes());
     });
 }
 

@@ -17,11 +17,11 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory).
+    /// memory, loss).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "overhead,snapshot,trigger,compression,scaling,memory"
+        default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss"
     )]
     pub only: Vec<String>,
     /// Also write the results as Markdown to this file.

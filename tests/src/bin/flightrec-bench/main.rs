@@ -63,6 +63,9 @@ fn main() -> Result<()> {
         sections.push(scenarios::memory(&args)?);
         sections.push(scenarios::dump_vs_log_fill(&args)?);
     }
+    if args.wants("loss") {
+        sections.push(scenarios::loss(&args)?);
+    }
     let report = report::render(&args, &sections);
     println!("{report}");
     if let Some(path) = &args.markdown {

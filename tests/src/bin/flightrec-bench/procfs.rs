@@ -30,6 +30,11 @@ pub fn rss_mib(pid: u32) -> Result<(f64, f64)> {
     Ok((mib("VmRSS")?, mib("VmHWM")?))
 }
 
+/// A `/proc/<pid>/status` field given in kB (`VmPin`, `RssFile`...), in MiB.
+pub fn status_mib(pid: u32, field: &str) -> Result<f64> {
+    Ok(status_kib(&read_status(pid)?, field)? as f64 / 1024.0)
+}
+
 /// Resets VmHWM to the current RSS (clear_refs 5).
 pub fn reset_peak_rss(pid: u32) -> Result<()> {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").context("resetting VmHWM")

@@ -64,6 +64,9 @@ pub struct Setup {
     /// Sample times on CLOCK_MONOTONIC (perf: `-k monotonic`; flightrec
     /// always is when the kernel supports use_clockid).
     pub monotonic: bool,
+    /// flightrec's `buffers.lossless_freeze` (standby rings); false pauses
+    /// the rings for the copy, as perf does.
+    pub lossless_freeze: bool,
 }
 
 impl Setup {
@@ -76,6 +79,7 @@ impl Setup {
             compression: None,
             exec_trigger: None,
             monotonic: false,
+            lossless_freeze: true,
         }
     }
 }
@@ -156,12 +160,13 @@ impl Recorder {
                     &config,
                     format!(
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
-                         [buffers]\nper_cpu = \"{ring}\"\n\n{events}\n{trigger}\n\
+                         [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
                          [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
+                        lossless = setup.lossless_freeze,
                         events = setup.events.flightrec_toml(),
                     ),
                 )?;
@@ -402,6 +407,21 @@ impl Recorder {
 
     /// Stops the recorder (SIGTERM for flightrecd, SIGINT for perf) and waits.
     pub fn stop(mut self) -> Result<()> {
+        self.halt()
+    }
+
+    /// Stops the recorder and returns its complete snapshots (perf's last
+    /// one, written at exit, among them), with the directory holding them.
+    pub fn stop_keeping_files(mut self) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>)> {
+        self.halt()?;
+        let files = self.complete_snapshots()?;
+        // Taken out of a recorder that is dropped (and would remove it);
+        // an empty directory is left in its place.
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir()?);
+        Ok((dir, files))
+    }
+
+    fn halt(&mut self) -> Result<()> {
         let signal = match self.kind {
             Kind::Flightrec => Signal::SIGTERM,
             Kind::Perf => Signal::SIGINT,

@@ -18,8 +18,6 @@ pub fn compression(args: &Args) -> Result<Section> {
     for level in [1, 3, 9] {
         let setup = Setup {
             compression: Some(level),
-            exec_trigger: None,
-            monotonic: false,
             ..Setup::switch_and_clock(ring)
         };
         let mut ratios: [Vec<f64>; 2] = Default::default();

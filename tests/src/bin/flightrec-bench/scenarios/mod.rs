@@ -2,6 +2,7 @@
 //! one table.
 
 mod compression;
+mod loss;
 mod memory;
 mod overhead;
 mod scaling;
@@ -16,6 +17,7 @@ use crate::MIB;
 use crate::workload::BackgroundLoad;
 
 pub use compression::compression;
+pub use loss::loss;
 pub use memory::{dump_vs_log_fill, memory};
 pub use overhead::overhead;
 pub use scaling::scaling;

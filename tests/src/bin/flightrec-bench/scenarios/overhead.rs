@@ -27,6 +27,7 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
         compression: None,
         exec_trigger: None,
         monotonic: false,
+        lossless_freeze: true,
     };
     let mut wall: [Vec<f64>; 3] = Default::default();
     let mut cpu_share: [Vec<f64>; 2] = Default::default();

@@ -19,7 +19,7 @@ use super::alternate;
 use crate::MIB;
 use crate::analysis::perf_script;
 use crate::cli::Args;
-use crate::recorder::{EventSet, Kind, Recorder, Setup};
+use crate::recorder::{Kind, Recorder, Setup};
 use crate::report::{Row, Section, show};
 use crate::stats::{Summary, ratio};
 use crate::workload::BackgroundLoad;
@@ -91,11 +91,9 @@ pub fn trigger(args: &Args) -> Result<Section> {
     let probe = probe_dir.path().join(PROBE);
     std::fs::copy("/bin/true", &probe).context("copying /bin/true as the probe")?;
     let setup = Setup {
-        events: EventSet::SwitchAndClock,
-        ring_bytes_per_cpu: RING,
-        compression: None,
         exec_trigger: Some(PROBE),
         monotonic: true,
+        ..Setup::switch_and_clock(RING)
     };
     let shots = if args.quick { 5 } else { 20 };
     let mut figures: [Figures; 2] = Default::default();
