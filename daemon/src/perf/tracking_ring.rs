@@ -38,8 +38,10 @@ pub fn tracking_attr(data_size: usize) -> EventAttr {
             | attr_flag::WATERMARK
             | attr_flag::SAMPLE_ID_ALL
             | attr_flag::MMAP2
-            | attr_flag::COMM_EXEC,
+            | attr_flag::COMM_EXEC
+            | attr_flag::USE_CLOCKID,
         wakeup: watermark,
+        clockid: crate::abi::SAMPLE_CLOCKID,
         ..EventAttr::default()
     }
 }

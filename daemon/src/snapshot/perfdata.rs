@@ -340,15 +340,49 @@ pub fn write_perf_data<'a>(
             })?;
         feats.push((bit::TRACING_DATA, body));
     }
+    let build_ids = build_id_entries(capture, host);
+    if !build_ids.is_empty() {
+        feats.push((bit::BUILD_ID, features::build_ids(&build_ids)));
+    }
     feats.push((bit::HOSTNAME, features::string_section(&host.hostname)));
     feats.push((bit::OSRELEASE, features::string_section(&host.os_release)));
     feats.push((bit::VERSION, features::string_section(&host.version)));
     feats.push((bit::ARCH, features::string_section(&host.arch)));
     feats.push((bit::NRCPUS, features::nrcpus(host)));
+    let m = &host.machine;
+    if let Some(desc) = &m.cpu_desc {
+        feats.push((bit::CPUDESC, features::string_section(desc)));
+    }
+    if let Some(cpuid) = &m.cpuid {
+        feats.push((bit::CPUID, features::string_section(cpuid)));
+    }
+    if let Some(kb) = m.total_mem_kb {
+        feats.push((bit::TOTAL_MEM, features::total_mem(kb)));
+    }
     feats.push((bit::CMDLINE, features::cmdline(&host.cmdline)));
     feats.push((bit::EVENT_DESC, features::event_desc(events)));
+    // perf reads one core/socket id pair per NRCPUS CPU.
+    if let Some(t) = m
+        .topology
+        .as_ref()
+        .filter(|t| t.cpus.len() == host.nr_cpus_available as usize)
+    {
+        feats.push((bit::CPU_TOPOLOGY, features::cpu_topology(t)));
+    }
+    if !m.numa_nodes.is_empty() {
+        feats.push((bit::NUMA_TOPOLOGY, features::numa_topology(&m.numa_nodes)));
+    }
+    if !m.pmus.is_empty() {
+        feats.push((bit::PMU_MAPPINGS, features::pmu_mappings(&m.pmus)));
+    }
+    if !m.caches.is_empty() {
+        feats.push((bit::CACHE, features::cache(&m.caches)));
+    }
     if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
         feats.push((bit::SAMPLE_TIME, features::sample_time(first, last)));
+    }
+    if let Some(mem) = &m.mem_topology {
+        feats.push((bit::MEM_TOPOLOGY, features::mem_topology(mem)));
     }
     feats.push((bit::CLOCKID, features::clockid(host.clock_resolution_ns)));
     if let Some(c) = &summary.compression {
@@ -361,6 +395,10 @@ pub fn write_perf_data<'a>(
                 c.mmap_len,
             ),
         ));
+    }
+
+    if let Some(clock) = &host.clock {
+        feats.push((bit::CLOCK_DATA, features::clock_data(clock)));
     }
 
     // Ids, attrs.
@@ -404,6 +442,19 @@ pub fn write_perf_data<'a>(
     summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
     segments.retain(|s| !s.is_empty());
     Ok(PerfData { segments, summary })
+}
+
+/// HEADER_BUILD_ID entries: the kernel's.
+fn build_id_entries(_capture: &Capture, host: &HostInfo) -> Vec<features::BuildIdEntry> {
+    let mut out = Vec::new();
+    if let Some(id) = &host.kernel_build_id {
+        out.push(features::BuildIdEntry {
+            misc: crate::abi::misc::KERNEL,
+            build_id: id.clone(),
+            filename: "[kernel.kallsyms]".into(),
+        });
+    }
+    out
 }
 
 /// The feature index table at `index_offset` for `bodies` placed right
@@ -585,6 +636,74 @@ mod tests {
         assert_eq!(seen.lost_samples_records, 0);
         let t0 = crate::snapshot::testing::T0;
         assert_eq!(seen.sample_time, Some((t0, t0 + 7 + 99 * 10_000 + 3)));
+    }
+
+    #[test]
+    fn every_host_fact_becomes_the_feature_perf_record_writes() {
+        let capture = synthetic_capture(&SyntheticSpec::default());
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let bytes = write_perf_data(&capture, &host, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        for b in [
+            bit::TRACING_DATA,
+            bit::BUILD_ID,
+            bit::HOSTNAME,
+            bit::OSRELEASE,
+            bit::VERSION,
+            bit::ARCH,
+            bit::NRCPUS,
+            bit::CPUDESC,
+            bit::CPUID,
+            bit::TOTAL_MEM,
+            bit::CMDLINE,
+            bit::EVENT_DESC,
+            bit::CPU_TOPOLOGY,
+            bit::NUMA_TOPOLOGY,
+            bit::PMU_MAPPINGS,
+            bit::CACHE,
+            bit::SAMPLE_TIME,
+            bit::MEM_TOPOLOGY,
+            bit::CLOCKID,
+            bit::CLOCK_DATA,
+        ] {
+            assert!(has_feature(&bytes, b), "feature bit {b} missing");
+        }
+        let PerfFileReader { perf_file, .. } =
+            PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
+        assert_eq!(perf_file.cpu_desc().unwrap(), Some("Test CPU"));
+        assert_eq!(perf_file.cpu_id().unwrap(), Some("GenuineIntel,6,85,4"));
+        assert_eq!(perf_file.total_mem().unwrap(), Some(2048), "kB");
+        let clock = perf_file.clock_data().unwrap().unwrap();
+        assert_eq!(
+            (clock.clockid, clock.wall_clock_ns, clock.clockid_time_ns),
+            (1, 1_700_000_000_000_000_000, 1_000_000_000)
+        );
+        let ids = perf_file.build_ids().unwrap();
+        let kernel = ids
+            .values()
+            .find(|d| d.path == b"[kernel.kallsyms]")
+            .expect("kernel build-id");
+        assert_eq!(kernel.build_id, (1..=20).collect::<Vec<u8>>());
+        // A host whose facts could not be read gets none of those features.
+        let bare = HostInfo {
+            machine: Default::default(),
+            clock: None,
+            kernel_build_id: None,
+            ..host
+        };
+        let bytes = write_perf_data(&capture, &bare, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        for b in [
+            bit::BUILD_ID,
+            bit::CPUDESC,
+            bit::CPU_TOPOLOGY,
+            bit::CACHE,
+            bit::CLOCK_DATA,
+        ] {
+            assert!(!has_feature(&bytes, b), "feature bit {b} set");
+        }
     }
 
     #[test]
