@@ -1,0 +1,233 @@
+//! End to end: snapshots of a real flightrecd opened by the readers people
+//! use next: `perf data convert --to-json`, `perf report --header-only`,
+//! `perf script -F+tod` (wall-clock times), build-id tables.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use flightrec_tests::{Daemon, Load, perf_script, require_root};
+
+/// The header features perf 6.1 lists when it finds them (`perf report
+/// --header-only`) and a flightrec snapshot must have.
+const FEATURES: [&str; 20] = [
+    "TRACING_DATA",
+    "BUILD_ID",
+    "HOSTNAME",
+    "OSRELEASE",
+    "VERSION",
+    "ARCH",
+    "NRCPUS",
+    "CPUDESC",
+    "CPUID",
+    "TOTAL_MEM",
+    "CMDLINE",
+    "EVENT_DESC",
+    "CPU_TOPOLOGY",
+    "NUMA_TOPOLOGY",
+    "PMU_MAPPINGS",
+    "CACHE",
+    "SAMPLE_TIME",
+    "MEM_TOPOLOGY",
+    "CLOCKID",
+    "CLOCK_DATA",
+];
+
+fn dump(d: &Daemon, args: &[&str]) -> std::path::PathBuf {
+    let mut all = vec!["dump"];
+    all.extend_from_slice(args);
+    let v = d.json(&all);
+    Path::new(v["path"].as_str().expect("path")).to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run reader");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn perf_script_samples(path: &Path) -> usize {
+    perf_script(path, &["-F", "cpu,event"])
+        .lines()
+        .filter(|l| l.trim_start().starts_with('['))
+        .count()
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn perf_converts_plain_and_compressed_snapshots_to_json_with_every_sample() {
+    require_root("perf_converts_plain_and_compressed_snapshots_to_json");
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_millis(500));
+    for args in [&[][..], &["--compress"][..]] {
+        let path = dump(&d, args);
+        let json_path = d.dir.path().join("out.json");
+        // perf 6.1 segfaulted here when CPUDESC/CPUID were missing.
+        run(Command::new("perf")
+            .args(["data", "convert", "--force", "--to-json"])
+            .arg(&json_path)
+            .arg("-i")
+            .arg(&path));
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap())
+            .expect("perf's JSON parses");
+        let samples = json["samples"].as_array().expect("samples array");
+        let expected = perf_script_samples(&path);
+        assert!(expected > 100, "only {expected} samples under load");
+        assert_eq!(samples.len(), expected, "JSON vs perf script, {args:?}");
+        assert_eq!(json["headers"]["clockid"], 1, "CLOCK_MONOTONIC");
+        assert!(
+            json["headers"]["cpuid"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn perf_header_lists_every_feature_and_the_kernel_build_id() {
+    require_root("perf_header_lists_every_feature");
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_millis(300));
+    let path = dump(&d, &[]);
+    let header = run(Command::new("perf")
+        .args(["report", "--header-only", "-I", "-i"])
+        .arg(&path));
+    let missing = header
+        .lines()
+        .find_map(|l| l.strip_prefix("# missing features:"))
+        .unwrap_or_default();
+    for f in FEATURES {
+        assert!(
+            !missing.split_whitespace().any(|m| m == f),
+            "{f} missing: {missing}\n{header}"
+        );
+    }
+    // And what perf prints of them matches this machine.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    if let Some(model) = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|v| v.split_once(':')))
+    {
+        let model = model.1.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            header.contains(&format!("# cpudesc : {model}\n")),
+            "{header}"
+        );
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total = meminfo
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap();
+    assert!(
+        header.contains(&format!("# total memory : {total} kB\n")),
+        "{header}"
+    );
+    assert!(header.contains("# clockid: monotonic (1)\n"), "{header}");
+    assert!(header.contains("# sibling threads : "), "{header}");
+    assert!(header.contains("# CPU cache info:\n"), "{header}");
+    assert!(header.contains("# pmu mappings: "), "{header}");
+    assert!(header.contains("software = 1"), "{header}");
+
+    // perf's build-id list names the running kernel with its build-id.
+    let ids = run(Command::new("perf").args(["buildid-list", "-i"]).arg(&path));
+    let kernel = run(Command::new("perf").args(["buildid-list", "-k"]));
+    let kernel = kernel.trim();
+    assert_eq!(kernel.len(), 40, "perf buildid-list -k: {kernel}");
+    assert!(
+        ids.lines()
+            .any(|l| l == format!("{kernel} [kernel.kallsyms]")),
+        "{ids}"
+    );
+}
+
+/// Seconds since the epoch of a `perf script -F+tod` time such as
+/// `2026-11-23 15:27:07.120909` (UTC: the test runs with TZ=UTC).
+fn tod_seconds(date: &str, time: &str) -> Option<f64> {
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let (h, min, s) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<f64>().ok()?,
+    );
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + min * 60) as f64 + s)
+}
+
+#[test]
+fn tod_seconds_reads_perfs_format() {
+    assert_eq!(tod_seconds("1970-01-02", "00:00:01.5"), Some(86_401.5));
+    assert_eq!(
+        tod_seconds("2026-11-23", "15:27:07.120909"),
+        Some(1_795_447_627.120909)
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn perf_script_prints_wall_clock_times_of_the_dump() {
+    require_root("perf_script_prints_wall_clock_times_of_the_dump");
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_millis(500));
+    let path = dump(&d, &[]);
+    let dumped = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let out = Command::new("perf")
+        .env("TZ", "UTC")
+        .args(["script", "-F", "+tod", "-i"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let times: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let i = f
+                .iter()
+                .position(|w| w.len() == 10 && w.as_bytes()[4] == b'-')?;
+            tod_seconds(f[i], f.get(i + 1)?)
+        })
+        .collect();
+    assert!(
+        times.len() > 100,
+        "{} timed lines:\n{}",
+        times.len(),
+        &text[..text.len().min(2000)]
+    );
+    let newest = times.iter().copied().fold(f64::MIN, f64::max);
+    // The newest sample is from just before the dump: within a few seconds
+    // (the rings hold about a second of this load) of the real time.
+    assert!(
+        (dumped - newest).abs() < 3.0,
+        "newest sample at {newest}, dump at {dumped}"
+    );
+}
