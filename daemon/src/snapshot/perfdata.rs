@@ -17,11 +17,15 @@
 //!    newest sample.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sw_event};
+use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
+
+/// `PROT_EXEC` in an MMAP2 record's prot.
+const PROT_EXEC: u32 = 4;
 
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
@@ -155,12 +159,28 @@ pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
 /// Walks the whole, valid records ([`crate::ring::records`]), returning
 /// (intact length, SAMPLE count, sum of the `lost` fields of LOST records).
 fn scan_records(data: &[u8]) -> (usize, u64, u64) {
+    scan_records_with_pids(data, None)
+}
+
+/// [`scan_records`], adding the pid of every sample to `pids` (the u32 at
+/// `pids.0` in a sample record).
+fn scan_records_with_pids(
+    data: &[u8],
+    mut pids: Option<(usize, &mut BTreeSet<u32>)>,
+) -> (usize, u64, u64) {
     let mut walk = crate::ring::records(data);
     let mut samples = 0;
     let mut lost = 0u64;
     for (header, record) in walk.by_ref().map_while(Result::ok) {
         match header.type_ {
-            record_type::SAMPLE => samples += 1,
+            record_type::SAMPLE => {
+                samples += 1;
+                if let Some((at, set)) = pids.as_mut()
+                    && record.len() >= *at + 4
+                {
+                    set.insert(crate::abi::get_u32(record, *at));
+                }
+            }
             // header, id, lost
             record_type::LOST if record.len() >= 24 => {
                 lost = lost.saturating_add(get_u64(record, 16));
@@ -270,8 +290,11 @@ pub fn write_perf_data<'a>(
         .map_or(tracking, |(i, _)| i);
     let mut cpu_slices = Vec::with_capacity(capture.cpus.len());
     let mut tail = Vec::new();
+    let pid_offset = sample_pid_offset(events, tracking);
+    let mut sampled_pids = BTreeSet::new();
     for (index, cpu) in capture.cpus.iter().enumerate() {
-        let (len, samples, lost_in_window) = scan_records(&cpu.records);
+        let (len, samples, lost_in_window) =
+            scan_records_with_pids(&cpu.records, pid_offset.map(|at| (at, &mut sampled_pids)));
         summary.torn_bytes += (cpu.records.len() - len) as u64;
         summary.samples += samples;
         cpu_slices.push(&cpu.records[..len]);
@@ -340,7 +363,12 @@ pub fn write_perf_data<'a>(
             })?;
         feats.push((bit::TRACING_DATA, body));
     }
-    let build_ids = build_id_entries(capture, host);
+    let build_ids = build_id_entries(
+        capture,
+        tracking_records,
+        host,
+        pid_offset.is_some().then_some(&sampled_pids),
+    );
     if !build_ids.is_empty() {
         feats.push((bit::BUILD_ID, features::build_ids(&build_ids)));
     }
@@ -444,8 +472,33 @@ pub fn write_perf_data<'a>(
     Ok(PerfData { segments, summary })
 }
 
-/// HEADER_BUILD_ID entries: the kernel's.
-fn build_id_entries(_capture: &Capture, host: &HostInfo) -> Vec<features::BuildIdEntry> {
+/// Where the pid lies in the sample records of every sampling event, if
+/// it is the same for all: header, IDENTIFIER, IP if sampled, then TID.
+fn sample_pid_offset(events: &[EventDescriptor], tracking: usize) -> Option<usize> {
+    let mut offsets = events
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != tracking)
+        .map(|(_, e)| {
+            let t = e.attr.sample_type;
+            (t & sample::IDENTIFIER != 0 && t & sample::TID != 0)
+                .then_some(16 + if t & sample::IP != 0 { 8 } else { 0 })
+        });
+    let first = offsets.next()??;
+    offsets.all(|o| o == Some(first)).then_some(first)
+}
+
+/// HEADER_BUILD_ID entries: the kernel's, and the executable files mapped
+/// by the processes that have samples (`sampled_pids`; `None`: every
+/// process), at the window's start or during it, whose build-id is known.
+fn build_id_entries(
+    capture: &Capture,
+    tracking_records: &[u8],
+    host: &HostInfo,
+    sampled_pids: Option<&BTreeSet<u32>>,
+) -> Vec<features::BuildIdEntry> {
+    use crate::tracking::record::{TrackingRecord, parse};
+    use crate::tracking::state::{BuildId, MapState};
     let mut out = Vec::new();
     if let Some(id) = &host.kernel_build_id {
         out.push(features::BuildIdEntry {
@@ -454,6 +507,35 @@ fn build_id_entries(_capture: &Capture, host: &HostInfo) -> Vec<features::BuildI
             filename: "[kernel.kallsyms]".into(),
         });
     }
+    let sampled = |pid: u32| sampled_pids.is_none_or(|s| s.contains(&pid));
+    let mut all: BTreeSet<(String, BuildId)> = BTreeSet::new();
+    let mut add = |map: &MapState| {
+        if let Some(id) = map.build_id
+            && map.prot & PROT_EXEC != 0
+            && map.filename.starts_with('/')
+        {
+            all.insert((map.filename.to_string(), id));
+        }
+    };
+    for p in capture.processes.iter().filter(|p| sampled(p.pid)) {
+        p.maps.iter().for_each(&mut add);
+    }
+    for (_, record) in crate::ring::records(tracking_records).map_while(Result::ok) {
+        if let Some(parsed) = parse(record)
+            && let TrackingRecord::Mmap { pid, map, .. } = parsed.record
+            && sampled(pid)
+        {
+            add(&map);
+        }
+    }
+    out.extend(
+        all.into_iter()
+            .map(|(filename, id)| features::BuildIdEntry {
+                misc: crate::abi::misc::USER,
+                build_id: id.as_bytes().to_vec(),
+                filename,
+            }),
+    );
     out
 }
 
