@@ -231,3 +231,142 @@ fn perf_script_prints_wall_clock_times_of_the_dump() {
         "newest sample at {newest}, dump at {dumped}"
     );
 }
+
+const SPIN_C: &str = r#"
+volatile unsigned long sink;
+__attribute__((noinline)) void flightrec_inner_spin(unsigned long n) {
+    for (unsigned long i = 0; i < n; i++) sink += i * 7;
+}
+__attribute__((noinline)) void flightrec_outer_loop(void) {
+    for (;;) flightrec_inner_spin(1000000);
+}
+int main(void) { flightrec_outer_loop(); return 0; }
+"#;
+
+/// Kills the child when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `perf report` of `snapshot` for the `spin` program, symbols only.
+fn spin_symbols(snapshot: &Path, buildid_dir: &Path) -> String {
+    run(Command::new("perf")
+        .arg("--buildid-dir")
+        .arg(buildid_dir)
+        .args(["report", "--stdio", "--comm", "spin", "--sort", "sym", "-i"])
+        .arg(snapshot))
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn archive_resolves_the_functions_of_a_deleted_program() {
+    require_root("archive_resolves_the_functions_of_a_deleted_program");
+    let d = Daemon::start("[snapshot]\ncompression = \"zstd\"\nmin_interval = \"100ms\"\n");
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("spin.c");
+    let exe = work.path().join("spin");
+    std::fs::write(&src, SPIN_C).unwrap();
+    run(Command::new("gcc")
+        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src));
+    let spin = Running(Command::new(&exe).spawn().expect("run spin"));
+    // Deleted while it runs: its symbols can only come from the archive.
+    std::fs::remove_file(&exe).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let path = dump(&d, &[]);
+    let id = path
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".perf.data")
+        .to_string();
+    let tarball = work.path().join("out.tar");
+    let out = d.snapctl(&["--json", "archive", &id, "-o", tarball.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(spin);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let spin_entry = summary["build_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == exe.to_str().unwrap())
+        .unwrap_or_else(|| panic!("spin not archived: {summary}"));
+    assert!(
+        spin_entry["from"].as_str().unwrap().contains("/map_files/"),
+        "{spin_entry}"
+    );
+    assert_eq!(
+        summary["bytes"].as_u64(),
+        Some(std::fs::metadata(&tarball).unwrap().len())
+    );
+
+    // A fresh build-id cache from the archive alone.
+    let cache = work.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    run(Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&cache));
+    let unpacked = cache.join(path.file_name().unwrap());
+    assert_eq!(
+        std::fs::read(&unpacked).unwrap(),
+        std::fs::read(&path).unwrap()
+    );
+    let resolved = spin_symbols(&unpacked, &cache);
+    assert!(resolved.contains("flightrec_inner_spin"), "{resolved}");
+    // Without it, perf cannot name them (the binary is gone).
+    let empty = work.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let unresolved = spin_symbols(&unpacked, &empty);
+    assert!(!unresolved.contains("flightrec_inner_spin"), "{unresolved}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn decompress_writes_a_plain_copy_perf_reads_the_same() {
+    require_root("decompress_writes_a_plain_copy_perf_reads_the_same");
+    let d = Daemon::start("[snapshot]\ncompression = \"zstd\"\nmin_interval = \"100ms\"\n");
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_millis(300));
+    let path = dump(&d, &[]);
+    let plain = d.dir.path().join("plain.perf.data");
+    let out = d.snapctl(&[
+        "decompress",
+        path.to_str().unwrap(),
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&plain).unwrap().len() > 2 * std::fs::metadata(&path).unwrap().len());
+    let header = run(Command::new("perf")
+        .args(["report", "--header-only", "-i"])
+        .arg(&plain));
+    assert!(!header.contains("# compressed"), "{header}");
+    let before = perf_script(&path, &[]);
+    assert!(before.lines().count() > 100);
+    assert_eq!(perf_script(&plain, &[]), before);
+    // An uncompressed file is refused with a clear message.
+    let again = d.snapctl(&["decompress", plain.to_str().unwrap(), "-o", "/dev/null"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("the file is not compressed"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
