@@ -370,3 +370,67 @@ fn decompress_writes_a_plain_copy_perf_reads_the_same() {
         String::from_utf8_lossy(&again.stderr)
     );
 }
+
+/// What the linux-perf-data crate (the perf.data parser of samply, the
+/// Firefox Profiler's importer) finds in a snapshot.
+fn read_with_linux_perf_data(path: &Path) -> (usize, Vec<(String, String)>, Option<u32>) {
+    use linux_perf_data::linux_perf_event_reader::EventRecord;
+    use linux_perf_data::{PerfFileReader, PerfFileRecord};
+    let file = std::fs::File::open(path).unwrap();
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(std::io::BufReader::new(file))
+        .expect("samply's parser reads it");
+    let build_ids = perf_file
+        .build_ids()
+        .unwrap()
+        .values()
+        .map(|d| {
+            (
+                String::from_utf8_lossy(&d.path).into_owned(),
+                d.build_id.iter().map(|b| format!("{b:02x}")).collect(),
+            )
+        })
+        .collect();
+    let clockid = perf_file.clock_data().unwrap().map(|c| c.clockid);
+    let mut samples = 0;
+    while let Some(record) = record_iter.next_record(&mut perf_file).unwrap() {
+        if let PerfFileRecord::EventRecord { record, .. } = record
+            && let Ok(EventRecord::Sample(_)) = record.parse()
+        {
+            samples += 1;
+        }
+    }
+    (samples, build_ids, clockid)
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn samplys_parser_finds_every_sample_and_the_build_ids() {
+    require_root("samplys_parser_finds_every_sample_and_the_build_ids");
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_millis(500));
+    let kernel = run(Command::new("perf").args(["buildid-list", "-k"]));
+    for args in [&[][..], &["--compress"][..]] {
+        let path = dump(&d, args);
+        let (samples, build_ids, clockid) = read_with_linux_perf_data(&path);
+        let expected = perf_script_samples(&path);
+        assert!(expected > 100, "only {expected} samples");
+        assert_eq!(
+            samples, expected,
+            "linux-perf-data vs perf script, {args:?}"
+        );
+        assert_eq!(clockid, Some(1), "CLOCK_MONOTONIC");
+        assert!(
+            build_ids.contains(&("[kernel.kallsyms]".to_string(), kernel.trim().to_string())),
+            "{build_ids:?}"
+        );
+        // The load runs ls: its binary is among the files with samples.
+        assert!(
+            build_ids.iter().any(|(p, _)| p.ends_with("/ls")),
+            "{build_ids:?}"
+        );
+    }
+}
