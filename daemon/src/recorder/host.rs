@@ -82,6 +82,8 @@ pub struct HostInfo {
     pub kernel_build_id: Option<Vec<u8>>,
     /// CPU, memory, cache and PMU facts (CPUDESC, CPUID, TOTAL_MEM, ...).
     pub machine: MachineFacts,
+    /// Loaded kernel modules, for their MMAP records and build-ids.
+    pub modules: Vec<KernelModule>,
     pub tracing: TracingSource,
 }
 
@@ -140,6 +142,71 @@ fn sample_clock_resolution_ns() -> u64 {
         .unwrap_or(1)
 }
 
+/// A loaded kernel module as perf synthesizes its map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelModule {
+    pub name: String,
+    pub start: u64,
+    pub size: u64,
+    /// The `.ko` file (from modules.dep), else `[name]` as perf names it.
+    pub path: String,
+    /// /sys/module/NAME/notes/.note.gnu.build-id.
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// `(name, size, address)` of each live module of /proc/modules (`name
+/// size refcount deps state address`); none when the addresses are hidden.
+pub fn parse_proc_modules(text: &str) -> Vec<(String, u64, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let addr = u64::from_str_radix(f.get(5)?.trim_start_matches("0x"), 16).ok()?;
+            (f.get(4) == Some(&"Live") && addr != 0)
+                .then(|| Some((f[0].to_string(), f[1].parse().ok()?, addr)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Module name -> `.ko` path (under `dir`) from a modules.dep text: the
+/// file name without `.ko*`, with `-` read as `_` as the kernel does.
+pub fn parse_modules_dep(text: &str, dir: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let file = line.split(':').next()?.trim();
+            let base = file.rsplit('/').next()?;
+            let name = &base[..base.find(".ko")?];
+            Some((name.replace('-', "_"), format!("{dir}/{file}")))
+        })
+        .collect()
+}
+
+fn gather_modules() -> Vec<KernelModule> {
+    let Ok(text) = fs::read_to_string("/proc/modules") else {
+        return Vec::new();
+    };
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let dir = format!("/lib/modules/{}", release.trim());
+    let paths = fs::read_to_string(format!("{dir}/modules.dep"))
+        .map(|t| parse_modules_dep(&t, &dir))
+        .unwrap_or_default();
+    parse_proc_modules(&text)
+        .into_iter()
+        .map(|(name, size, start)| KernelModule {
+            path: paths
+                .get(&name)
+                .cloned()
+                .unwrap_or_else(|| format!("[{name}]")),
+            build_id: fs::read(format!("/sys/module/{name}/notes/.note.gnu.build-id"))
+                .ok()
+                .and_then(|n| parse_build_id_note(&n)),
+            name,
+            start,
+            size,
+        })
+        .collect()
+}
+
 /// ELF note type of a GNU build-id.
 const NT_GNU_BUILD_ID: u32 = 3;
 
@@ -192,6 +259,7 @@ impl HostInfo {
             kernel_build_id: fs::read("/sys/kernel/notes")
                 .ok()
                 .and_then(|n| parse_build_id_note(&n)),
+            modules: gather_modules(),
             machine: MachineFacts::gather(
                 Path::new("/proc"),
                 Path::new("/sys"),
@@ -371,6 +439,34 @@ mod tests {
         assert_eq!(parse_build_id_note(&notes), Some((1..=20).collect()));
         assert_eq!(parse_build_id_note(&notes[..notes.len() - 4]), None);
         assert_eq!(parse_build_id_note(&notes[..20]), None);
+    }
+
+    #[test]
+    fn modules_are_read_as_perf_synthesizes_them() {
+        let text = "nf_tables 372736 0 - Live 0xffffffffc0a00000\n\
+                    loading 16384 0 - Loading 0xffffffffc0b00000\n\
+                    ext4 1200128 1 mbcache, Live 0xffffffffc0c00000 (E)\n";
+        assert_eq!(
+            parse_proc_modules(text),
+            [
+                ("nf_tables".to_string(), 372_736, 0xffff_ffff_c0a0_0000),
+                ("ext4".to_string(), 1_200_128, 0xffff_ffff_c0c0_0000)
+            ]
+        );
+        // kptr_restrict hides the addresses: no maps then.
+        assert!(parse_proc_modules("ext4 1200128 1 - Live 0x0000000000000000\n").is_empty());
+        let dep = parse_modules_dep(
+            "kernel/net/netfilter/nf_tables.ko.zst: kernel/lib/x.ko\nkernel/drivers/a/snd-hda.ko:\n",
+            "/lib/modules/6.1",
+        );
+        assert_eq!(
+            dep["nf_tables"],
+            "/lib/modules/6.1/kernel/net/netfilter/nf_tables.ko.zst"
+        );
+        assert_eq!(
+            dep["snd_hda"],
+            "/lib/modules/6.1/kernel/drivers/a/snd-hda.ko"
+        );
     }
 
     #[test]

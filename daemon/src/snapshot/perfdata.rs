@@ -269,6 +269,10 @@ pub fn write_perf_data<'a>(
         };
         synth::push_kernel_mmap(&mut head, &tracking_attr, text, &id);
         summary.synthesized_records += 1;
+        for m in &host.modules {
+            synth::push_module_mmap(&mut head, &tracking_attr, m.start, m.size, &m.path, &id);
+            summary.synthesized_records += 1;
+        }
     }
     summary.synthesized_records += synth::push_process_state(
         &mut head,
@@ -507,6 +511,15 @@ fn build_id_entries(
             filename: "[kernel.kallsyms]".into(),
         });
     }
+    for m in &host.modules {
+        if let Some(id) = &m.build_id {
+            out.push(features::BuildIdEntry {
+                misc: crate::abi::misc::KERNEL,
+                build_id: id.clone(),
+                filename: m.path.clone(),
+            });
+        }
+    }
     let sampled = |pid: u32| sampled_pids.is_none_or(|s| s.contains(&pid));
     let mut all: BTreeSet<(String, BuildId)> = BTreeSet::new();
     let mut add = |map: &MapState| {
@@ -692,6 +705,10 @@ mod tests {
         assert!(seen.comms.contains(&(KNOWN_PID as i32, KNOWN_COMM.into())));
         assert!(seen.comms.contains(&(LATE_PID as i32, LATE_COMM.into())));
         assert!(seen.mmaps.contains(&"[kernel.kallsyms]_text".to_string()));
+        assert!(
+            seen.mmaps
+                .contains(&"/lib/modules/6.0.0-test/kernel/fr_test.ko".to_string())
+        );
         assert!(seen.mmaps.contains(&"/usr/bin/fr-known-task".to_string()));
         assert_eq!(seen.hostname.as_deref(), Some("testhost"));
         assert!(seen.has_tracing_data);
@@ -767,11 +784,17 @@ mod tests {
             .find(|d| d.path == b"[kernel.kallsyms]")
             .expect("kernel build-id");
         assert_eq!(kernel.build_id, (1..=20).collect::<Vec<u8>>());
+        let module = ids
+            .values()
+            .find(|d| d.path == b"/lib/modules/6.0.0-test/kernel/fr_test.ko")
+            .expect("module build-id");
+        assert_eq!(module.build_id, vec![0xee; 20]);
         // A host whose facts could not be read gets none of those features.
         let bare = HostInfo {
             machine: Default::default(),
             clock: None,
             kernel_build_id: None,
+            modules: Vec::new(),
             ..host
         };
         let bytes = write_perf_data(&capture, &bare, &WriteOptions::default())

@@ -146,6 +146,26 @@ pub fn push_mmap2(
     })
 }
 
+/// A kernel module's map as perf synthesizes it (perf_event__synthesize_modules):
+/// MMAP, misc KERNEL, pid -1, the module's range, pgoff 0, its `.ko` path.
+pub fn push_module_mmap(
+    out: &mut Vec<u8>,
+    attr: &EventAttr,
+    start: u64,
+    len: u64,
+    path: &str,
+    id: &SampleId,
+) {
+    push_record(out, record_type::MMAP, misc::KERNEL, attr, id, |b| {
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&start.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        push_padded_str(b, path.as_bytes());
+    });
+}
+
 /// The kernel map as perf synthesizes it: pid -1, `[kernel.kallsyms]_text`
 /// from `_text` to the end of the address space, pgoff = `_text`.
 pub fn push_kernel_mmap(out: &mut Vec<u8>, attr: &EventAttr, text: u64, id: &SampleId) {

@@ -6,7 +6,9 @@ use crate::abi::{
 };
 
 use super::synth::{SampleId, push_sample_id};
-use crate::recorder::host::{ClockReference, HostInfo, TracepointFormat, TracingSource, format_id};
+use crate::recorder::host::{
+    ClockReference, HostInfo, KernelModule, TracepointFormat, TracingSource, format_id,
+};
 use crate::recorder::machine::{
     CacheLevel, CpuIds, CpuTopology, MachineFacts, MemTopology, NumaNode,
 };
@@ -485,6 +487,13 @@ pub fn synthetic_host(format: &str) -> HostInfo {
             clockid_ns: 1_000_000_000,
         }),
         kernel_build_id: Some((1..=20).collect()),
+        modules: vec![KernelModule {
+            name: "fr_test".into(),
+            start: 0xffff_ffff_c000_0000,
+            size: 0x4000,
+            path: "/lib/modules/6.0.0-test/kernel/fr_test.ko".into(),
+            build_id: Some(vec![0xee; 20]),
+        }],
         machine: synthetic_machine(),
         tracing: TracingSource {
             header_page: b"\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n".to_vec(),
