@@ -146,7 +146,9 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
         if !filename.starts_with('/') || !stored.insert(id_hex.clone()) {
             continue;
         }
-        let mut candidates = vec![PathBuf::from(&filename)];
+        // A name read from /proc/PID/maps after the file was deleted.
+        let on_disk = filename.strip_suffix(" (deleted)").unwrap_or(&filename);
+        let mut candidates = vec![PathBuf::from(on_disk)];
         let found = loop {
             if let Some(c) = candidates.pop() {
                 if let Ok(mut f) = File::open(&c)
@@ -160,7 +162,7 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
             }
             // Only now scan the processes, once for the whole archive.
             let all = copies.get_or_insert_with(mapped_copies);
-            match all.remove(&filename) {
+            match all.remove(on_disk) {
                 Some(more) => candidates = more,
                 None => break None,
             }

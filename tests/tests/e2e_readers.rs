@@ -278,8 +278,24 @@ fn archive_resolves_the_functions_of_a_deleted_program() {
     let spin = Running(Command::new(&exe).spawn().expect("run spin"));
     // Deleted while it runs: its symbols can only come from the archive.
     std::fs::remove_file(&exe).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let path = dump(&d, &[]);
+    // Dump until a snapshot holds samples of spin (on a busy machine the
+    // rings may cover a moment it was not running).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let path = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let path = dump(&d, &[]);
+        let ids = run(Command::new("perf").args(["buildid-list", "-i"]).arg(&path));
+        // The name may carry " (deleted)" when the daemon learned the
+        // mapping from /proc after the file was removed.
+        if ids.lines().any(|l| l.contains(exe.to_str().unwrap())) {
+            break path;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot with samples of {} within 30 s:\n{ids}",
+            exe.display()
+        );
+    };
     let id = path
         .file_name()
         .unwrap()
@@ -300,7 +316,11 @@ fn archive_resolves_the_functions_of_a_deleted_program() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == exe.to_str().unwrap())
+        .find(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.strip_suffix(" (deleted)").unwrap_or(n) == exe.to_str().unwrap())
+        })
         .unwrap_or_else(|| panic!("spin not archived: {summary}"));
     assert!(
         spin_entry["from"].as_str().unwrap().contains("/map_files/"),
