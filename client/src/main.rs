@@ -108,6 +108,89 @@ enum Command {
     /// List the configured [[trigger]] conditions: how often each fired,
     /// dumped and was held by its rate limit, and when it last fired.
     Triggers,
+    /// Write a tarball of a snapshot and the files its samples need, named
+    /// by build-id (like `perf archive`): extract it into DIR and run
+    /// `perf --buildid-dir DIR report -i ID.perf.data` on any machine.
+    /// Runs with your rights: files you cannot read are listed as missing.
+    Archive {
+        /// The snapshot's id (as `snapctl list` shows it) or a path to a
+        /// .perf.data file (then the daemon is not asked).
+        snapshot: String,
+        /// The tarball to write. Default: ./ID.tar.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Write a plain (uncompressed) copy of a compressed snapshot, for
+    /// readers without zstd (hotspot's perfparser).
+    Decompress {
+        /// The snapshot's id or a path to a .perf.data file.
+        snapshot: String,
+        /// The copy to write. Default: ./ID.plain.perf.data.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+}
+
+/// The id of a snapshot file name (`ID.perf.data`).
+fn snapshot_id(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    name.strip_suffix(".perf.data").unwrap_or(&name).to_string()
+}
+
+/// The archive and decompress verbs: `target` resolved to a file (asking
+/// the daemon's list for an id), the output written by this process.
+async fn local_verb(
+    command: Command,
+    socket: &Path,
+    timeout: Duration,
+    json: bool,
+) -> Result<String, ClientError> {
+    let (Command::Archive { snapshot, output } | Command::Decompress { snapshot, output }) =
+        &command
+    else {
+        unreachable!("only archive and decompress are local");
+    };
+    let path = if snapshot.contains('/') || snapshot.ends_with(".perf.data") {
+        PathBuf::from(snapshot)
+    } else {
+        let mut client = connect(socket, timeout).await?;
+        let r = answered_within(socket, timeout, client.list(pb::ListRequest {})).await?;
+        let found = r.snapshots.iter().find(|s| s.id == *snapshot);
+        match found {
+            Some(s) => PathBuf::from(&s.path),
+            None => {
+                return Err(ClientError::Daemon {
+                    code: tonic::Code::NotFound,
+                    message: format!("no snapshot with id {snapshot} (see snapctl list)"),
+                });
+            }
+        }
+    };
+    let id = snapshot_id(&path);
+    let failed = |e: snapctl::archive::ArchiveError| ClientError::Daemon {
+        code: tonic::Code::FailedPrecondition,
+        message: e.to_string(),
+    };
+    match command {
+        Command::Archive { output, .. } => {
+            let out = output.unwrap_or_else(|| format!("{id}.tar").into());
+            let s = snapctl::archive::write_archive(&path, &out).map_err(failed)?;
+            Ok(render::archive(&out, &s, json))
+        }
+        _ => {
+            let out = output
+                .clone()
+                .unwrap_or_else(|| format!("{id}.plain.perf.data").into());
+            let bytes = snapctl::archive::write_plain_copy(&path, &out).map_err(failed)?;
+            Ok(if json {
+                serde_json::json!({"path": out.display().to_string(), "bytes": bytes}).to_string()
+            } else {
+                out.display().to_string()
+            })
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -142,6 +225,16 @@ async fn run(args: Args) -> Result<(), ClientError> {
     let path = socket_path(args.socket);
     let json = args.json;
     let timeout = args.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    if matches!(
+        args.command,
+        Command::Archive { .. } | Command::Decompress { .. }
+    ) {
+        let text = local_verb(args.command, &path, timeout, json).await?;
+        let mut out = std::io::stdout().lock();
+        return writeln!(out, "{text}")
+            .and_then(|()| out.flush())
+            .map_err(ClientError::Output);
+    }
     let mut client = connect(&path, timeout).await?;
     let text = match args.command {
         Command::Dump { label, compress } => {
@@ -230,6 +323,9 @@ async fn run(args: Args) -> Result<(), ClientError> {
                 }
             }
             return Ok(());
+        }
+        Command::Archive { .. } | Command::Decompress { .. } => {
+            unreachable!("handled before connecting")
         }
     };
     let mut out = std::io::stdout().lock();

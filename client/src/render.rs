@@ -189,6 +189,36 @@ pub fn rotate(r: &pb::RotateReply, as_json: bool) -> String {
     out.join("\n")
 }
 
+/// `snapctl archive`: the tarball, what went in and what was not found.
+pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_json: bool) -> String {
+    if as_json {
+        return json!({
+            "path": out.display().to_string(),
+            "bytes": s.bytes,
+            "build_ids": s.added.iter().map(|(name, id, from)| json!({
+                "name": name,
+                "build_id": id,
+                "from": from.display().to_string(),
+            })).collect::<Vec<_>>(),
+            "missing": s.missing,
+        })
+        .to_string();
+    }
+    let mut text = format!(
+        "{} ({}): {} files by build-id",
+        out.display(),
+        human_bytes(s.bytes),
+        s.added.len()
+    );
+    if !s.missing.is_empty() {
+        text.push_str(&format!(
+            "; not found with their build-id: {}",
+            s.missing.join(", ")
+        ));
+    }
+    text
+}
+
 pub fn compress(r: &pb::CompressReply, as_json: bool) -> String {
     let snap = r.snapshot.clone().unwrap_or_default();
     if as_json {

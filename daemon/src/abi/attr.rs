@@ -51,13 +51,15 @@ pub mod attr_flag {
     pub const USE_CLOCKID: u64 = 1 << 25;
     pub const CONTEXT_SWITCH: u64 = 1 << 26;
     pub const WRITE_BACKWARD: u64 = 1 << 27;
+    /// MMAP2 records carry the mapped file's build-id (kernel >= 5.12).
+    pub const BUILD_ID: u64 = 1 << 34;
 }
 
 type FlagGetter = fn(&perf_event_attr) -> u64;
 type FlagSetter = fn(&mut perf_event_attr, u64);
 
 /// Each [`attr_flag`] with the crate's accessors of its bitfield member.
-const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 25] = {
+const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 26] = {
     use attr_flag as f;
     type A = perf_event_attr;
     [
@@ -94,6 +96,7 @@ const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 25] = {
         (f::USE_CLOCKID, A::use_clockid, A::set_use_clockid),
         (f::CONTEXT_SWITCH, A::context_switch, A::set_context_switch),
         (f::WRITE_BACKWARD, A::write_backward, A::set_write_backward),
+        (f::BUILD_ID, A::build_id, A::set_build_id),
     ]
 };
 

@@ -13,6 +13,12 @@ use perf_event_open_sys::bindings;
 
 pub use attr::{ATTR_SIZE, EventAttr, KERNEL_ATTR_SIZE, attr_flag};
 
+/// The clock every event is opened on (`use_clockid`, perf's
+/// `-k monotonic`): sample times then line up with CLOCK_MONOTONIC readings
+/// of applications, and CLOCK_DATA maps them to wall-clock time. All events
+/// of one file must share it.
+pub const SAMPLE_CLOCKID: i32 = libc::CLOCK_MONOTONIC;
+
 /// Size of `struct perf_event_header`.
 pub const HEADER_SIZE: usize = std::mem::size_of::<bindings::perf_event_header>();
 

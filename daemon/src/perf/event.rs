@@ -314,7 +314,10 @@ impl EventSpec {
         if self.callchain {
             sample_type |= sample::IP | sample::CALLCHAIN;
         }
-        let mut flags = attr_flag::DISABLED | attr_flag::SAMPLE_ID_ALL | attr_flag::WRITE_BACKWARD;
+        let mut flags = attr_flag::DISABLED
+            | attr_flag::SAMPLE_ID_ALL
+            | attr_flag::WRITE_BACKWARD
+            | attr_flag::USE_CLOCKID;
         if freq {
             flags |= attr_flag::FREQ;
         }
@@ -325,6 +328,7 @@ impl EventSpec {
             sample_type,
             read_format: read_format::ID | read_format::LOST,
             flags,
+            clockid: crate::abi::SAMPLE_CLOCKID,
             ..EventAttr::default()
         };
         Ok(ResolvedEvent {

@@ -16,10 +16,6 @@ impl ForwardRing {
         Self { map, tail }
     }
 
-    pub fn data_size(&self) -> usize {
-        self.map.data_size()
-    }
-
     /// Appends every record published since the last drain to `out`
     /// (linearized across the wrap, whole records only, as the kernel
     /// publishes them), then releases the space to the kernel. Returns the

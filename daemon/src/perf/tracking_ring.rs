@@ -16,6 +16,8 @@ pub const TRACKING_EVENT_NAME: &str = "dummy:HG";
 
 pub struct TrackingRing {
     cpu: u32,
+    /// As opened: without BUILD_ID on kernels older than 5.12.
+    attr: EventAttr,
     fd: OwnedFd,
     id: u64,
     ring: ForwardRing,
@@ -38,8 +40,11 @@ pub fn tracking_attr(data_size: usize) -> EventAttr {
             | attr_flag::WATERMARK
             | attr_flag::SAMPLE_ID_ALL
             | attr_flag::MMAP2
-            | attr_flag::COMM_EXEC,
+            | attr_flag::COMM_EXEC
+            | attr_flag::USE_CLOCKID
+            | attr_flag::BUILD_ID,
         wakeup: watermark,
+        clockid: crate::abi::SAMPLE_CLOCKID,
         ..EventAttr::default()
     }
 }
@@ -58,7 +63,17 @@ impl TrackingRing {
         };
         let cpu_arg = i32::try_from(cpu)
             .map_err(|_| open_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let fd = sys::perf_event_open(&attr, -1, cpu_arg).map_err(open_err)?;
+        let mut attr = attr;
+        let fd = match sys::perf_event_open(&attr, -1, cpu_arg) {
+            // Kernels before 5.12 reject the build_id bit: MMAP2 records
+            // then carry maj/min/ino and the drain reads the build-ids.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                attr.flags &= !attr_flag::BUILD_ID;
+                sys::perf_event_open(&attr, -1, cpu_arg)
+            }
+            other => other,
+        }
+        .map_err(open_err)?;
         let map = RingMap::new(&fd, data_pages, Access::ReadWrite, "tracking", cpu)?;
         let id = sys::event_id(fd.as_fd()).map_err(|source| PerfError::Ioctl {
             op: "PERF_EVENT_IOC_ID",
@@ -68,6 +83,7 @@ impl TrackingRing {
         })?;
         Ok(Self {
             cpu,
+            attr,
             fd,
             id,
             ring: ForwardRing::new(map),
@@ -84,7 +100,7 @@ impl TrackingRing {
 
     /// The attr the event was opened with.
     pub fn attr(&self) -> EventAttr {
-        tracking_attr(self.ring.data_size())
+        self.attr
     }
 
     /// The fd to poll for watermark wakeups.

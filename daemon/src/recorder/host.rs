@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::EventDescriptor;
+use super::machine::MachineFacts;
 
 /// Where tracefs lives, newest convention first.
 const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -75,7 +76,161 @@ pub struct HostInfo {
     pub page_size: u32,
     /// Resolution of the sample clock in ns (CLOCKID feature).
     pub clock_resolution_ns: u64,
+    /// Wall-clock and sample-clock readings taken together (CLOCK_DATA).
+    pub clock: Option<ClockReference>,
+    /// The running kernel's GNU build-id, from /sys/kernel/notes.
+    pub kernel_build_id: Option<Vec<u8>>,
+    /// CPU, memory, cache and PMU facts (CPUDESC, CPUID, TOTAL_MEM, ...).
+    pub machine: MachineFacts,
+    /// Loaded kernel modules, for their MMAP records and build-ids.
+    pub modules: Vec<KernelModule>,
     pub tracing: TracingSource,
+}
+
+/// The sample clock related to the wall clock, as perf's CLOCK_DATA
+/// feature holds it: lets `perf script -F+tod` print wall-clock times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClockReference {
+    /// The `clockid` the events were opened with.
+    pub clockid: u32,
+    /// CLOCK_REALTIME in ns since the epoch...
+    pub tod_ns: u64,
+    /// ... and the sample clock at the same moment.
+    pub clockid_ns: u64,
+}
+
+impl ClockReference {
+    /// Reads CLOCK_REALTIME and the sample clock back to back, taking the
+    /// pair with the shortest gap of a few tries.
+    pub fn now() -> Option<Self> {
+        use nix::time::{ClockId, clock_gettime};
+        let ns = |t: nix::sys::time::TimeSpec| {
+            u64::try_from(t.tv_sec())
+                .ok()?
+                .checked_mul(1_000_000_000)?
+                .checked_add(u64::try_from(t.tv_nsec()).ok()?)
+        };
+        let sample_clock = ClockId::from_raw(crate::abi::SAMPLE_CLOCKID);
+        let mut best: Option<(u64, Self)> = None;
+        for _ in 0..5 {
+            let before = ns(clock_gettime(sample_clock).ok()?)?;
+            let tod = ns(clock_gettime(ClockId::CLOCK_REALTIME).ok()?)?;
+            let after = ns(clock_gettime(sample_clock).ok()?)?;
+            let gap = after.saturating_sub(before);
+            if best.is_none_or(|(g, _)| gap < g) {
+                best = Some((
+                    gap,
+                    Self {
+                        clockid: crate::abi::SAMPLE_CLOCKID.cast_unsigned(),
+                        tod_ns: tod,
+                        clockid_ns: before + gap / 2,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, r)| r)
+    }
+}
+
+/// The resolution of the sample clock in ns (CLOCKID feature).
+fn sample_clock_resolution_ns() -> u64 {
+    use nix::time::{ClockId, clock_getres};
+    clock_getres(ClockId::from_raw(crate::abi::SAMPLE_CLOCKID))
+        .ok()
+        .and_then(|t| u64::try_from(t.tv_nsec()).ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
+}
+
+/// A loaded kernel module as perf synthesizes its map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelModule {
+    pub name: String,
+    pub start: u64,
+    pub size: u64,
+    /// The `.ko` file (from modules.dep), else `[name]` as perf names it.
+    pub path: String,
+    /// /sys/module/NAME/notes/.note.gnu.build-id.
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// `(name, size, address)` of each live module of /proc/modules (`name
+/// size refcount deps state address`); none when the addresses are hidden.
+pub fn parse_proc_modules(text: &str) -> Vec<(String, u64, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let addr = u64::from_str_radix(f.get(5)?.trim_start_matches("0x"), 16).ok()?;
+            (f.get(4) == Some(&"Live") && addr != 0)
+                .then(|| Some((f[0].to_string(), f[1].parse().ok()?, addr)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Module name -> `.ko` path (under `dir`) from a modules.dep text: the
+/// file name without `.ko*`, with `-` read as `_` as the kernel does.
+pub fn parse_modules_dep(text: &str, dir: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let file = line.split(':').next()?.trim();
+            let base = file.rsplit('/').next()?;
+            let name = &base[..base.find(".ko")?];
+            Some((name.replace('-', "_"), format!("{dir}/{file}")))
+        })
+        .collect()
+}
+
+fn gather_modules() -> Vec<KernelModule> {
+    let Ok(text) = fs::read_to_string("/proc/modules") else {
+        return Vec::new();
+    };
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let dir = format!("/lib/modules/{}", release.trim());
+    let paths = fs::read_to_string(format!("{dir}/modules.dep"))
+        .map(|t| parse_modules_dep(&t, &dir))
+        .unwrap_or_default();
+    parse_proc_modules(&text)
+        .into_iter()
+        .map(|(name, size, start)| KernelModule {
+            path: paths
+                .get(&name)
+                .cloned()
+                .unwrap_or_else(|| format!("[{name}]")),
+            build_id: fs::read(format!("/sys/module/{name}/notes/.note.gnu.build-id"))
+                .ok()
+                .and_then(|n| parse_build_id_note(&n)),
+            name,
+            start,
+            size,
+        })
+        .collect()
+}
+
+/// ELF note type of a GNU build-id.
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// The GNU build-id among ELF notes laid end to end (the format of
+/// /sys/kernel/notes and /sys/module/*/notes/.note.gnu.build-id):
+/// per note u32 namesz, descsz, type, then name and desc, each padded to 4.
+pub fn parse_build_id_note(notes: &[u8]) -> Option<Vec<u8>> {
+    let mut at = 0usize;
+    let word = |at: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(notes.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    while at + 12 <= notes.len() {
+        let (namesz, descsz) = (word(at)?, word(at + 4)?);
+        let kind = word(at + 8)? as u32;
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(namesz.next_multiple_of(4))?;
+        let end = desc_at.checked_add(descsz.next_multiple_of(4))?;
+        let name = notes.get(name_at..name_at + namesz)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && (1..=20).contains(&descsz) {
+            return Some(notes.get(desc_at..desc_at + descsz)?.to_vec());
+        }
+        at = end;
+    }
+    None
 }
 
 impl HostInfo {
@@ -99,7 +254,18 @@ impl HostInfo {
             nr_cpus_online: nr_online,
             cmdline: std::env::args().collect(),
             page_size: u32::try_from(crate::perf::page_size()).unwrap_or(u32::MAX),
-            clock_resolution_ns: 1,
+            clock_resolution_ns: sample_clock_resolution_ns(),
+            clock: ClockReference::now(),
+            kernel_build_id: fs::read("/sys/kernel/notes")
+                .ok()
+                .and_then(|n| parse_build_id_note(&n)),
+            modules: gather_modules(),
+            machine: MachineFacts::gather(
+                Path::new("/proc"),
+                Path::new("/sys"),
+                nr_available,
+                std::env::consts::ARCH,
+            ),
             tracing,
         })
     }
@@ -253,6 +419,66 @@ mod tests {
             Some(372)
         );
         assert_eq!(format_id(b"name: x\nformat:\n"), None);
+    }
+
+    #[test]
+    fn build_id_is_found_among_notes() {
+        // /sys/kernel/notes of a 6.x kernel: a Xen note, then the build-id.
+        let mut notes = Vec::new();
+        for (name, kind, desc) in [
+            (&b"Xen\0"[..], 6u32, vec![1u8; 6]),
+            (&b"GNU\0"[..], 3, (1..=20).collect()),
+        ] {
+            notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&kind.to_le_bytes());
+            notes.extend_from_slice(name);
+            notes.extend_from_slice(&desc);
+            notes.resize(notes.len().next_multiple_of(4), 0);
+        }
+        assert_eq!(parse_build_id_note(&notes), Some((1..=20).collect()));
+        assert_eq!(parse_build_id_note(&notes[..notes.len() - 4]), None);
+        assert_eq!(parse_build_id_note(&notes[..20]), None);
+    }
+
+    #[test]
+    fn modules_are_read_as_perf_synthesizes_them() {
+        let text = "nf_tables 372736 0 - Live 0xffffffffc0a00000\n\
+                    loading 16384 0 - Loading 0xffffffffc0b00000\n\
+                    ext4 1200128 1 mbcache, Live 0xffffffffc0c00000 (E)\n";
+        assert_eq!(
+            parse_proc_modules(text),
+            [
+                ("nf_tables".to_string(), 372_736, 0xffff_ffff_c0a0_0000),
+                ("ext4".to_string(), 1_200_128, 0xffff_ffff_c0c0_0000)
+            ]
+        );
+        // kptr_restrict hides the addresses: no maps then.
+        assert!(parse_proc_modules("ext4 1200128 1 - Live 0x0000000000000000\n").is_empty());
+        let dep = parse_modules_dep(
+            "kernel/net/netfilter/nf_tables.ko.zst: kernel/lib/x.ko\nkernel/drivers/a/snd-hda.ko:\n",
+            "/lib/modules/6.1",
+        );
+        assert_eq!(
+            dep["nf_tables"],
+            "/lib/modules/6.1/kernel/net/netfilter/nf_tables.ko.zst"
+        );
+        assert_eq!(
+            dep["snd_hda"],
+            "/lib/modules/6.1/kernel/drivers/a/snd-hda.ko"
+        );
+    }
+
+    #[test]
+    fn clock_reference_pairs_the_two_clocks() {
+        let r = ClockReference::now().unwrap();
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(unix - r.tod_ns < 1_000_000_000, "{r:?} vs {unix}");
+        assert_eq!(r.clockid, libc::CLOCK_MONOTONIC as u32);
+        assert!(r.clockid_ns > 0 && r.clockid_ns < r.tod_ns);
     }
 
     #[test]

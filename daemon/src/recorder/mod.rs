@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod host;
+pub mod machine;
 pub mod maps_needed;
 pub mod start;
 

@@ -2,21 +2,32 @@
 //! tools/perf/util/header.c reads them. Pure encoders: bytes out.
 
 use crate::recorder::EventDescriptor;
-use crate::recorder::host::{HostInfo, TracingSource};
+use crate::recorder::host::{ClockReference, HostInfo, TracingSource};
+use crate::recorder::machine::{CacheLevel, CpuTopology, MemTopology, NumaNode};
 
 /// Feature bits (`enum HEADER_FEAT`).
 pub mod bit {
     pub const TRACING_DATA: u32 = 1;
+    pub const BUILD_ID: u32 = 2;
     pub const HOSTNAME: u32 = 3;
     pub const OSRELEASE: u32 = 4;
     pub const VERSION: u32 = 5;
     pub const ARCH: u32 = 6;
     pub const NRCPUS: u32 = 7;
+    pub const CPUDESC: u32 = 8;
+    pub const CPUID: u32 = 9;
+    pub const TOTAL_MEM: u32 = 10;
     pub const CMDLINE: u32 = 11;
     pub const EVENT_DESC: u32 = 12;
+    pub const CPU_TOPOLOGY: u32 = 13;
+    pub const NUMA_TOPOLOGY: u32 = 14;
+    pub const PMU_MAPPINGS: u32 = 16;
+    pub const CACHE: u32 = 20;
     pub const SAMPLE_TIME: u32 = 21;
+    pub const MEM_TOPOLOGY: u32 = 22;
     pub const CLOCKID: u32 = 23;
     pub const COMPRESSED: u32 = 27;
+    pub const CLOCK_DATA: u32 = 29;
     /// Size of the header's feature bitmap in bits.
     pub const BITMAP_BITS: u32 = 256;
 }
@@ -92,6 +103,158 @@ pub fn sample_time(first: u64, last: u64) -> Vec<u8> {
 
 pub fn clockid(resolution_ns: u64) -> Vec<u8> {
     resolution_ns.to_le_bytes().to_vec()
+}
+
+pub fn total_mem(kb: u64) -> Vec<u8> {
+    kb.to_le_bytes().to_vec()
+}
+
+/// CPU_TOPOLOGY: package (socket) lists, core (SMT sibling) lists, per CPU
+/// core and socket id, then, where the machine has dies, the die lists and
+/// per CPU die id.
+pub fn cpu_topology(t: &CpuTopology) -> Vec<u8> {
+    let mut out = Vec::new();
+    for lists in [&t.package_lists, &t.core_lists] {
+        push_u32(&mut out, u32::try_from(lists.len()).unwrap_or(u32::MAX));
+        for l in lists {
+            push_string(&mut out, l);
+        }
+    }
+    for c in &t.cpus {
+        out.extend_from_slice(&c.core_id.to_le_bytes());
+        out.extend_from_slice(&c.socket_id.to_le_bytes());
+    }
+    if !t.die_lists.is_empty() {
+        push_u32(
+            &mut out,
+            u32::try_from(t.die_lists.len()).unwrap_or(u32::MAX),
+        );
+        for l in &t.die_lists {
+            push_string(&mut out, l);
+        }
+        for c in &t.cpus {
+            out.extend_from_slice(&c.die_id.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// NUMA_TOPOLOGY: per node its number, total and free memory (kB) and CPUs.
+pub fn numa_topology(nodes: &[NumaNode]) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_u32(&mut out, u32::try_from(nodes.len()).unwrap_or(u32::MAX));
+    for n in nodes {
+        push_u32(&mut out, n.node);
+        push_u64(&mut out, n.mem_total_kb);
+        push_u64(&mut out, n.mem_free_kb);
+        push_string(&mut out, &n.cpus);
+    }
+    out
+}
+
+/// PMU_MAPPINGS: `(type, name)` of each PMU.
+pub fn pmu_mappings(pmus: &[(u32, String)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_u32(&mut out, u32::try_from(pmus.len()).unwrap_or(u32::MAX));
+    for (type_, name) in pmus {
+        push_u32(&mut out, *type_);
+        push_string(&mut out, name);
+    }
+    out
+}
+
+/// CACHE, version 1: per cache level, line size, sets, ways, then its
+/// type, size and CPU list as strings.
+pub fn cache(caches: &[CacheLevel]) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_u32(&mut out, 1);
+    push_u32(&mut out, u32::try_from(caches.len()).unwrap_or(u32::MAX));
+    for c in caches {
+        for v in [c.level, c.line_size, c.sets, c.ways] {
+            push_u32(&mut out, v);
+        }
+        for s in [&c.kind, &c.size, &c.cpus] {
+            push_string(&mut out, s);
+        }
+    }
+    out
+}
+
+/// MEM_TOPOLOGY, version 1: block size, then per node its number and the
+/// bitmap of its memory blocks (bit count, twice as perf writes it, then
+/// the u64 words).
+pub fn mem_topology(m: &MemTopology) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_u64(&mut out, 1);
+    push_u64(&mut out, m.block_size);
+    push_u64(&mut out, m.nodes.len() as u64);
+    for (node, blocks) in &m.nodes {
+        let bits = blocks.iter().max().map_or(1, |&b| b + 1);
+        let mut words = vec![0u64; bits.div_ceil(64) as usize];
+        for &b in blocks {
+            words[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        push_u64(&mut out, *node);
+        push_u64(&mut out, bits);
+        push_u64(&mut out, bits);
+        for w in words {
+            push_u64(&mut out, w);
+        }
+    }
+    out
+}
+
+/// CLOCK_DATA, version 1: the clockid, then a wall-clock time and the
+/// sample-clock time of the same moment.
+pub fn clock_data(c: &ClockReference) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    push_u32(&mut out, 1);
+    push_u32(&mut out, c.clockid);
+    push_u64(&mut out, c.tod_ns);
+    push_u64(&mut out, c.clockid_ns);
+    out
+}
+
+/// One HEADER_BUILD_ID entry: a DSO's build-id and the name perf finds
+/// the DSO under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildIdEntry {
+    /// `PERF_RECORD_MISC_KERNEL` (kernel, modules) or `_USER`.
+    pub misc: u16,
+    pub build_id: Vec<u8>,
+    pub filename: String,
+}
+
+/// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the entry's size byte is valid.
+const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
+/// `struct perf_record_header_build_id` without its filename.
+const BUILD_ID_EVENT_SIZE: usize = 36;
+
+/// BUILD_ID: a `struct perf_record_header_build_id` per DSO (header, pid -1
+/// for the host, the id in 20 bytes + its size, the filename padded to 64).
+pub fn build_ids(entries: &[BuildIdEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in entries {
+        let name: Vec<u8> = e.filename.bytes().filter(|&b| b != 0).collect();
+        let name_len = (name.len() + 1).next_multiple_of(NAME_ALIGN);
+        let size = BUILD_ID_EVENT_SIZE + name_len;
+        let Ok(size) = u16::try_from(size) else {
+            continue;
+        };
+        let id = &e.build_id[..e.build_id.len().min(20)];
+        push_u32(&mut out, 0); // type: unused in the header table
+        out.extend_from_slice(&(e.misc | MISC_BUILD_ID_SIZE).to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&(-1i32).to_le_bytes());
+        let mut id20 = [0u8; 20];
+        id20[..id.len()].copy_from_slice(id);
+        out.extend_from_slice(&id20);
+        out.push(id.len() as u8);
+        out.extend_from_slice(&[0, 0, 0]);
+        out.extend_from_slice(&name);
+        out.resize(out.len() + name_len - name.len(), 0);
+    }
+    out
 }
 
 /// COMPRESSED: version 0, type 1 (zstd), level, ratio, mmap_len (the
@@ -172,6 +335,35 @@ mod tests {
         assert_eq!(&s[4..9], b"host\0");
         let s = string_section(&"x".repeat(64));
         assert_eq!(get_u32(&s, 0), 128);
+    }
+
+    #[test]
+    fn build_id_entries_are_perfs_struct() {
+        let b = build_ids(&[BuildIdEntry {
+            misc: 1,
+            build_id: vec![0xab; 20],
+            filename: "[kernel.kallsyms]".into(),
+        }]);
+        assert_eq!(b.len(), 36 + 64);
+        assert_eq!(u16::from_le_bytes([b[6], b[7]]) as usize, b.len());
+        assert_eq!(u16::from_le_bytes([b[4], b[5]]), 1 | (1 << 15));
+        assert_eq!(get_u32(&b, 8), u32::MAX, "pid -1");
+        assert_eq!(&b[12..32], &[0xab; 20]);
+        assert_eq!(b[32], 20);
+        assert_eq!(&b[36..54], b"[kernel.kallsyms]\0");
+    }
+
+    #[test]
+    fn mem_topology_writes_the_bit_count_twice_then_the_words() {
+        let b = mem_topology(&MemTopology {
+            block_size: 0x800_0000,
+            nodes: vec![(0, vec![0, 65])],
+        });
+        let words: Vec<u64> = b
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, [1, 0x800_0000, 1, 0, 66, 66, 1, 2]);
     }
 
     #[test]

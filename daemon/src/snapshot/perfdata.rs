@@ -19,11 +19,15 @@
 //!    next snapshot's window).
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sw_event};
+use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
+
+/// `PROT_EXEC` in an MMAP2 record's prot.
+const PROT_EXEC: u32 = 4;
 
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
@@ -157,12 +161,28 @@ pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
 /// Walks the whole, valid records ([`crate::ring::records`]), returning
 /// (intact length, SAMPLE count, sum of the `lost` fields of LOST records).
 fn scan_records(data: &[u8]) -> (usize, u64, u64) {
+    scan_records_with_pids(data, None)
+}
+
+/// [`scan_records`], adding the pid of every sample to `pids` (the u32 at
+/// `pids.0` in a sample record).
+fn scan_records_with_pids(
+    data: &[u8],
+    mut pids: Option<(usize, &mut BTreeSet<u32>)>,
+) -> (usize, u64, u64) {
     let mut walk = crate::ring::records(data);
     let mut samples = 0;
     let mut lost = 0u64;
     for (header, record) in walk.by_ref().map_while(Result::ok) {
         match header.type_ {
-            record_type::SAMPLE => samples += 1,
+            record_type::SAMPLE => {
+                samples += 1;
+                if let Some((at, set)) = pids.as_mut()
+                    && record.len() >= *at + 4
+                {
+                    set.insert(crate::abi::get_u32(record, *at));
+                }
+            }
             // header, id, lost
             record_type::LOST if record.len() >= 24 => {
                 lost = lost.saturating_add(get_u64(record, 16));
@@ -251,6 +271,10 @@ pub fn write_perf_data<'a>(
         };
         synth::push_kernel_mmap(&mut head, &tracking_attr, text, &id);
         summary.synthesized_records += 1;
+        for m in &host.modules {
+            synth::push_module_mmap(&mut head, &tracking_attr, m.start, m.size, &m.path, &id);
+            summary.synthesized_records += 1;
+        }
     }
     summary.synthesized_records += synth::push_process_state(
         &mut head,
@@ -272,8 +296,11 @@ pub fn write_perf_data<'a>(
         .map_or(tracking, |(i, _)| i);
     let mut cpu_slices = Vec::with_capacity(capture.cpus.len());
     let mut tail = Vec::new();
+    let pid_offset = sample_pid_offset(events, tracking);
+    let mut sampled_pids = BTreeSet::new();
     for (index, cpu) in capture.cpus.iter().enumerate() {
-        let (len, samples, lost_in_window) = scan_records(&cpu.records);
+        let (len, samples, lost_in_window) =
+            scan_records_with_pids(&cpu.records, pid_offset.map(|at| (at, &mut sampled_pids)));
         summary.torn_bytes += (cpu.records.len() - len) as u64;
         summary.samples += samples;
         cpu_slices.push(&cpu.records[..len]);
@@ -339,15 +366,54 @@ pub fn write_perf_data<'a>(
             })?;
         feats.push((bit::TRACING_DATA, body));
     }
+    let build_ids = build_id_entries(
+        capture,
+        tracking_records,
+        host,
+        pid_offset.is_some().then_some(&sampled_pids),
+    );
+    if !build_ids.is_empty() {
+        feats.push((bit::BUILD_ID, features::build_ids(&build_ids)));
+    }
     feats.push((bit::HOSTNAME, features::string_section(&host.hostname)));
     feats.push((bit::OSRELEASE, features::string_section(&host.os_release)));
     feats.push((bit::VERSION, features::string_section(&host.version)));
     feats.push((bit::ARCH, features::string_section(&host.arch)));
     feats.push((bit::NRCPUS, features::nrcpus(host)));
+    let m = &host.machine;
+    if let Some(desc) = &m.cpu_desc {
+        feats.push((bit::CPUDESC, features::string_section(desc)));
+    }
+    if let Some(cpuid) = &m.cpuid {
+        feats.push((bit::CPUID, features::string_section(cpuid)));
+    }
+    if let Some(kb) = m.total_mem_kb {
+        feats.push((bit::TOTAL_MEM, features::total_mem(kb)));
+    }
     feats.push((bit::CMDLINE, features::cmdline(&host.cmdline)));
     feats.push((bit::EVENT_DESC, features::event_desc(events)));
+    // perf reads one core/socket id pair per NRCPUS CPU.
+    if let Some(t) = m
+        .topology
+        .as_ref()
+        .filter(|t| t.cpus.len() == host.nr_cpus_available as usize)
+    {
+        feats.push((bit::CPU_TOPOLOGY, features::cpu_topology(t)));
+    }
+    if !m.numa_nodes.is_empty() {
+        feats.push((bit::NUMA_TOPOLOGY, features::numa_topology(&m.numa_nodes)));
+    }
+    if !m.pmus.is_empty() {
+        feats.push((bit::PMU_MAPPINGS, features::pmu_mappings(&m.pmus)));
+    }
+    if !m.caches.is_empty() {
+        feats.push((bit::CACHE, features::cache(&m.caches)));
+    }
     if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
         feats.push((bit::SAMPLE_TIME, features::sample_time(first, last)));
+    }
+    if let Some(mem) = &m.mem_topology {
+        feats.push((bit::MEM_TOPOLOGY, features::mem_topology(mem)));
     }
     feats.push((bit::CLOCKID, features::clockid(host.clock_resolution_ns)));
     if let Some(c) = &summary.compression {
@@ -360,6 +426,10 @@ pub fn write_perf_data<'a>(
                 c.mmap_len,
             ),
         ));
+    }
+
+    if let Some(clock) = &host.clock {
+        feats.push((bit::CLOCK_DATA, features::clock_data(clock)));
     }
 
     // Ids, attrs.
@@ -403,6 +473,82 @@ pub fn write_perf_data<'a>(
     summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
     segments.retain(|s| !s.is_empty());
     Ok(PerfData { segments, summary })
+}
+
+/// Where the pid lies in the sample records of every sampling event, if
+/// it is the same for all: header, IDENTIFIER, IP if sampled, then TID.
+fn sample_pid_offset(events: &[EventDescriptor], tracking: usize) -> Option<usize> {
+    let mut offsets = events
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != tracking)
+        .map(|(_, e)| {
+            let t = e.attr.sample_type;
+            (t & sample::IDENTIFIER != 0 && t & sample::TID != 0)
+                .then_some(16 + if t & sample::IP != 0 { 8 } else { 0 })
+        });
+    let first = offsets.next()??;
+    offsets.all(|o| o == Some(first)).then_some(first)
+}
+
+/// HEADER_BUILD_ID entries: the kernel's, and the executable files mapped
+/// by the processes that have samples (`sampled_pids`; `None`: every
+/// process), at the window's start or during it, whose build-id is known.
+fn build_id_entries(
+    capture: &Capture,
+    tracking_records: &[u8],
+    host: &HostInfo,
+    sampled_pids: Option<&BTreeSet<u32>>,
+) -> Vec<features::BuildIdEntry> {
+    use crate::tracking::record::{TrackingRecord, parse};
+    use crate::tracking::state::{BuildId, MapState};
+    let mut out = Vec::new();
+    if let Some(id) = &host.kernel_build_id {
+        out.push(features::BuildIdEntry {
+            misc: crate::abi::misc::KERNEL,
+            build_id: id.clone(),
+            filename: "[kernel.kallsyms]".into(),
+        });
+    }
+    for m in &host.modules {
+        if let Some(id) = &m.build_id {
+            out.push(features::BuildIdEntry {
+                misc: crate::abi::misc::KERNEL,
+                build_id: id.clone(),
+                filename: m.path.clone(),
+            });
+        }
+    }
+    let sampled = |pid: u32| sampled_pids.is_none_or(|s| s.contains(&pid));
+    let mut all: BTreeSet<(String, BuildId)> = BTreeSet::new();
+    let mut add = |map: &MapState| {
+        if let Some(id) = map.build_id
+            && map.prot & PROT_EXEC != 0
+            && map.filename.starts_with('/')
+        {
+            all.insert((map.filename.to_string(), id));
+        }
+    };
+    for p in capture.processes.iter().filter(|p| sampled(p.pid)) {
+        p.maps.iter().for_each(&mut add);
+    }
+    for (_, record) in crate::ring::records(tracking_records).map_while(Result::ok) {
+        if let Some(parsed) = parse(record)
+            && let TrackingRecord::Mmap { pid, map, .. } = parsed.record
+            && sampled(pid)
+        {
+            add(&map);
+        }
+    }
+    out.extend(
+        all.into_iter()
+            .map(|(filename, id)| features::BuildIdEntry {
+                misc: crate::abi::misc::USER,
+                build_id: id.as_bytes().to_vec(),
+                filename,
+            }),
+    );
+    out
 }
 
 /// The feature index table at `index_offset` for `bodies` placed right
@@ -558,6 +704,10 @@ mod tests {
         assert!(seen.comms.contains(&(KNOWN_PID as i32, KNOWN_COMM.into())));
         assert!(seen.comms.contains(&(LATE_PID as i32, LATE_COMM.into())));
         assert!(seen.mmaps.contains(&"[kernel.kallsyms]_text".to_string()));
+        assert!(
+            seen.mmaps
+                .contains(&"/lib/modules/6.0.0-test/kernel/fr_test.ko".to_string())
+        );
         assert!(seen.mmaps.contains(&"/usr/bin/fr-known-task".to_string()));
         assert_eq!(seen.hostname.as_deref(), Some("testhost"));
         assert!(seen.has_tracing_data);
@@ -584,6 +734,80 @@ mod tests {
         assert_eq!(seen.lost_samples_records, 0);
         let t0 = crate::snapshot::testing::T0;
         assert_eq!(seen.sample_time, Some((t0, t0 + 7 + 99 * 10_000 + 3)));
+    }
+
+    #[test]
+    fn every_host_fact_becomes_the_feature_perf_record_writes() {
+        let capture = synthetic_capture(&SyntheticSpec::default());
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let bytes = write_perf_data(&capture, &host, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        for b in [
+            bit::TRACING_DATA,
+            bit::BUILD_ID,
+            bit::HOSTNAME,
+            bit::OSRELEASE,
+            bit::VERSION,
+            bit::ARCH,
+            bit::NRCPUS,
+            bit::CPUDESC,
+            bit::CPUID,
+            bit::TOTAL_MEM,
+            bit::CMDLINE,
+            bit::EVENT_DESC,
+            bit::CPU_TOPOLOGY,
+            bit::NUMA_TOPOLOGY,
+            bit::PMU_MAPPINGS,
+            bit::CACHE,
+            bit::SAMPLE_TIME,
+            bit::MEM_TOPOLOGY,
+            bit::CLOCKID,
+            bit::CLOCK_DATA,
+        ] {
+            assert!(has_feature(&bytes, b), "feature bit {b} missing");
+        }
+        let PerfFileReader { perf_file, .. } =
+            PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
+        assert_eq!(perf_file.cpu_desc().unwrap(), Some("Test CPU"));
+        assert_eq!(perf_file.cpu_id().unwrap(), Some("GenuineIntel,6,85,4"));
+        assert_eq!(perf_file.total_mem().unwrap(), Some(2048), "kB");
+        let clock = perf_file.clock_data().unwrap().unwrap();
+        assert_eq!(
+            (clock.clockid, clock.wall_clock_ns, clock.clockid_time_ns),
+            (1, 1_700_000_000_000_000_000, 1_000_000_000)
+        );
+        let ids = perf_file.build_ids().unwrap();
+        let kernel = ids
+            .values()
+            .find(|d| d.path == b"[kernel.kallsyms]")
+            .expect("kernel build-id");
+        assert_eq!(kernel.build_id, (1..=20).collect::<Vec<u8>>());
+        let module = ids
+            .values()
+            .find(|d| d.path == b"/lib/modules/6.0.0-test/kernel/fr_test.ko")
+            .expect("module build-id");
+        assert_eq!(module.build_id, vec![0xee; 20]);
+        // A host whose facts could not be read gets none of those features.
+        let bare = HostInfo {
+            machine: Default::default(),
+            clock: None,
+            kernel_build_id: None,
+            modules: Vec::new(),
+            ..host
+        };
+        let bytes = write_perf_data(&capture, &bare, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        for b in [
+            bit::BUILD_ID,
+            bit::CPUDESC,
+            bit::CPU_TOPOLOGY,
+            bit::CACHE,
+            bit::CLOCK_DATA,
+        ] {
+            assert!(!has_feature(&bytes, b), "feature bit {b} set");
+        }
     }
 
     #[test]

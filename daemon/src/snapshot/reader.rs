@@ -39,6 +39,12 @@ pub enum ReadError {
     Level(#[from] super::perfdata::PerfDataError),
     #[error("compressing the records: {0}")]
     Compress(std::io::Error),
+    #[error("the file is not compressed")]
+    NotCompressed,
+    #[error("decompressing the records: {0}")]
+    Decompress(std::io::Error),
+    #[error("the decompressed records take more than {limit} bytes")]
+    DecompressedTooLarge { limit: u64 },
 }
 
 /// A parsed PERFILE2 file, borrowing from its bytes.
@@ -142,6 +148,120 @@ pub fn recompress(bytes: &[u8], level: i32) -> Result<PerfData<'_>, ReadError> {
         packed,
         level,
     ))
+}
+
+/// `PERF_RECORD_COMPRESSED`.
+const RECORD_COMPRESSED: u32 = 81;
+
+/// A plain copy of a compressed perf.data file, for readers without zstd
+/// (hotspot's perfparser): every COMPRESSED record replaced by the records
+/// it holds (all of them one zstd stream, as perf reads them), the
+/// COMPRESSED feature dropped, everything else kept byte for byte.
+/// `limit` bounds the decompressed data (a hostile file could expand to
+/// anything).
+pub fn decompress(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Write;
+    let file = parse(bytes)?;
+    if !file.features.iter().any(|(b, _)| *b == bit::COMPRESSED) {
+        return Err(ReadError::NotCompressed);
+    }
+    let mut stream =
+        zstd::stream::write::Decoder::new(Vec::new()).map_err(ReadError::Decompress)?;
+    // COMPRESSED records need not be 8-aligned: walk by header sizes.
+    let mut at = 0usize;
+    while at < file.data.len() {
+        let rest = &file.data[at..];
+        let size = rest
+            .get(6..8)
+            .map_or(0, |s| usize::from(u16::from_le_bytes([s[0], s[1]])));
+        if size < crate::abi::HEADER_SIZE || size > rest.len() {
+            return Err(ReadError::TornData {
+                torn: rest.len() as u64,
+            });
+        }
+        let record = &rest[..size];
+        if crate::abi::get_u32(record, 0) == RECORD_COMPRESSED {
+            stream
+                .write_all(&record[crate::abi::HEADER_SIZE..])
+                .and_then(|()| stream.flush())
+                .map_err(ReadError::Decompress)?;
+        } else {
+            stream.get_mut().extend_from_slice(record);
+        }
+        if stream.get_ref().len() as u64 > limit {
+            return Err(ReadError::DecompressedTooLarge { limit });
+        }
+        at += size;
+    }
+    let data = stream.into_inner();
+    let feats: Vec<(u32, &[u8])> = file
+        .features
+        .iter()
+        .filter(|(b, _)| *b != bit::COMPRESSED)
+        .copied()
+        .collect();
+    let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
+    let data_offset = file.before_data.len() as u64;
+    let index_offset = data_offset + data.len() as u64;
+    let (index, _) = feature_index(
+        index_offset,
+        &feats.iter().map(|(_, b)| b).collect::<Vec<_>>(),
+    );
+    let mut out = Vec::with_capacity(bytes.len() + data.len());
+    out.extend_from_slice(&file_header(
+        file.attrs,
+        (data_offset, data.len() as u64),
+        &bits,
+    ));
+    out.extend_from_slice(&file.before_data[FILE_HEADER_SIZE..]);
+    out.extend_from_slice(&data);
+    out.extend_from_slice(&index);
+    for (_, body) in feats {
+        out.extend_from_slice(body);
+    }
+    Ok(out)
+}
+
+/// One entry of a file's BUILD_ID feature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildIdTableEntry {
+    /// `PERF_RECORD_MISC_KERNEL` or `_USER` (cpumode bits).
+    pub cpumode: u16,
+    pub build_id: Vec<u8>,
+    pub filename: String,
+}
+
+/// The entries of the BUILD_ID feature of `bytes` (none without it).
+/// Entries that do not parse end the list.
+pub fn build_id_table(bytes: &[u8]) -> Result<Vec<BuildIdTableEntry>, ReadError> {
+    let file = parse(bytes)?;
+    let Some((_, body)) = file.features.iter().find(|(b, _)| *b == bit::BUILD_ID) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at + 36 <= body.len() {
+        let misc = u16::from_le_bytes([body[at + 4], body[at + 5]]);
+        let size = usize::from(u16::from_le_bytes([body[at + 6], body[at + 7]]));
+        if size < 36 || at + size > body.len() {
+            break;
+        }
+        // PERF_RECORD_MISC_BUILD_ID_SIZE: byte 32 holds the id's length.
+        let id_len = if misc & (1 << 15) != 0 {
+            usize::from(body[at + 32]).min(20)
+        } else {
+            20
+        };
+        let name = &body[at + 36..at + size];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        out.push(BuildIdTableEntry {
+            cpumode: misc & crate::abi::misc::CPUMODE_MASK,
+            build_id: body[at + 12..at + 12 + id_len].to_vec(),
+            filename: String::from_utf8_lossy(name).into_owned(),
+        });
+        at += size;
+    }
+    Ok(out)
 }
 
 /// Largest header-to-data region or feature total [`recompress_file`]
@@ -338,6 +458,40 @@ mod tests {
         )
         .unwrap()
         .to_vec()
+    }
+
+    #[test]
+    fn decompressing_gives_back_the_plain_file_byte_for_byte() {
+        let capture = synthetic_capture(&SyntheticSpec {
+            samples_per_cpu: 5_000,
+            ..Default::default()
+        });
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let plain = write_perf_data(&capture, &host, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        let opts = WriteOptions {
+            compression: Some(3),
+            ..Default::default()
+        };
+        let packed = write_perf_data(&capture, &host, &opts).unwrap().to_vec();
+        assert!(packed.len() < plain.len() / 2);
+        assert_eq!(decompress(&packed, u64::MAX).unwrap(), plain);
+        let again = recompress(&plain, 5).unwrap().to_vec();
+        assert_eq!(decompress(&again, u64::MAX).unwrap(), plain);
+        assert!(matches!(
+            decompress(&plain, u64::MAX),
+            Err(ReadError::NotCompressed)
+        ));
+        assert!(matches!(
+            decompress(&packed, 1000),
+            Err(ReadError::DecompressedTooLarge { limit: 1000 })
+        ));
+        // The build-id table reads back from either.
+        let table = build_id_table(&packed).unwrap();
+        assert_eq!(table, build_id_table(&plain).unwrap());
+        assert_eq!(table[0].filename, "[kernel.kallsyms]");
+        assert_eq!(table[0].build_id, (1..=20).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -118,20 +118,52 @@ pub fn push_mmap2(
     if map.prot & PROT_EXEC == 0 {
         misc_bits |= MISC_MMAP_DATA;
     }
+    if map.build_id.is_some() {
+        misc_bits |= misc::MMAP_BUILD_ID;
+    }
     push_record(out, record_type::MMAP2, misc_bits, attr, id, |b| {
         b.extend_from_slice(&pid.to_le_bytes());
         b.extend_from_slice(&tid.to_le_bytes());
         b.extend_from_slice(&map.start.to_le_bytes());
         b.extend_from_slice(&map.len.to_le_bytes());
         b.extend_from_slice(&map.pgoff.to_le_bytes());
-        b.extend_from_slice(&map.maj.to_le_bytes());
-        b.extend_from_slice(&map.min.to_le_bytes());
-        b.extend_from_slice(&map.ino.to_le_bytes());
-        b.extend_from_slice(&map.ino_generation.to_le_bytes());
+        if let Some(build_id) = &map.build_id {
+            // As the kernel writes it: u8 size, 3 reserved, 20 id bytes.
+            let mut area = [0u8; 24];
+            let idb = build_id.as_bytes();
+            area[0] = idb.len() as u8;
+            area[4..4 + idb.len()].copy_from_slice(idb);
+            b.extend_from_slice(&area);
+        } else {
+            b.extend_from_slice(&map.maj.to_le_bytes());
+            b.extend_from_slice(&map.min.to_le_bytes());
+            b.extend_from_slice(&map.ino.to_le_bytes());
+            b.extend_from_slice(&map.ino_generation.to_le_bytes());
+        }
         b.extend_from_slice(&map.prot.to_le_bytes());
         b.extend_from_slice(&map.flags.to_le_bytes());
         push_padded_str(b, map.filename.as_bytes());
     })
+}
+
+/// A kernel module's map as perf synthesizes it (perf_event__synthesize_modules):
+/// MMAP, misc KERNEL, pid -1, the module's range, pgoff 0, its `.ko` path.
+pub fn push_module_mmap(
+    out: &mut Vec<u8>,
+    attr: &EventAttr,
+    start: u64,
+    len: u64,
+    path: &str,
+    id: &SampleId,
+) {
+    push_record(out, record_type::MMAP, misc::KERNEL, attr, id, |b| {
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&start.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        push_padded_str(b, path.as_bytes());
+    });
 }
 
 /// The kernel map as perf synthesizes it: pid -1, `[kernel.kallsyms]_text`

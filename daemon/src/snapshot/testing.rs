@@ -6,7 +6,12 @@ use crate::abi::{
 };
 
 use super::synth::{SampleId, push_sample_id};
-use crate::recorder::host::{HostInfo, TracepointFormat, TracingSource, format_id};
+use crate::recorder::host::{
+    ClockReference, HostInfo, KernelModule, TracepointFormat, TracingSource, format_id,
+};
+use crate::recorder::machine::{
+    CacheLevel, CpuIds, CpuTopology, MachineFacts, MemTopology, NumaNode,
+};
 use crate::recorder::{Capture, CpuCapture, EventDescriptor};
 use crate::tracking::state::{MapState, ProcessState};
 
@@ -423,6 +428,48 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
 }
 
 /// Host facts with `format` as the only tracepoint format (no tracefs).
+/// A two-CPU, one-node machine with every fact perf's features hold.
+pub fn synthetic_machine() -> MachineFacts {
+    let cache = |level: u32, cpus: &str| CacheLevel {
+        level,
+        line_size: 64,
+        sets: 64,
+        ways: 8,
+        kind: "Unified".into(),
+        size: "32K".into(),
+        cpus: cpus.into(),
+    };
+    MachineFacts {
+        cpu_desc: Some("Test CPU".into()),
+        cpuid: Some("GenuineIntel,6,85,4".into()),
+        total_mem_kb: Some(2048),
+        topology: Some(CpuTopology {
+            package_lists: vec!["0-1".into()],
+            core_lists: vec!["0".into(), "1".into()],
+            die_lists: vec!["0-1".into()],
+            cpus: (0..2)
+                .map(|c| CpuIds {
+                    core_id: c,
+                    socket_id: 0,
+                    die_id: 0,
+                })
+                .collect(),
+        }),
+        numa_nodes: vec![NumaNode {
+            node: 0,
+            mem_total_kb: 2048,
+            mem_free_kb: 1024,
+            cpus: "0-1".into(),
+        }],
+        pmus: vec![(1, "software".into()), (2, "tracepoint".into())],
+        caches: vec![cache(1, "0"), cache(1, "1"), cache(2, "0-1")],
+        mem_topology: Some(MemTopology {
+            block_size: 0x800_0000,
+            nodes: vec![(0, vec![0, 1])],
+        }),
+    }
+}
+
 pub fn synthetic_host(format: &str) -> HostInfo {
     HostInfo {
         hostname: "testhost".into(),
@@ -434,6 +481,20 @@ pub fn synthetic_host(format: &str) -> HostInfo {
         cmdline: vec!["flightrecd".into(), "--test".into()],
         page_size: 4096,
         clock_resolution_ns: 1,
+        clock: Some(ClockReference {
+            clockid: 1,
+            tod_ns: 1_700_000_000_000_000_000,
+            clockid_ns: 1_000_000_000,
+        }),
+        kernel_build_id: Some((1..=20).collect()),
+        modules: vec![KernelModule {
+            name: "fr_test".into(),
+            start: 0xffff_ffff_c000_0000,
+            size: 0x4000,
+            path: "/lib/modules/6.0.0-test/kernel/fr_test.ko".into(),
+            build_id: Some(vec![0xee; 20]),
+        }],
+        machine: synthetic_machine(),
         tracing: TracingSource {
             header_page: b"\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n".to_vec(),
             header_event: b"# compressed entry header\n\ttype_len    :    5 bits\n".to_vec(),

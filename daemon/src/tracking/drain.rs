@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 
+use super::build_id::BuildIdCache;
 use super::log::TrackingLog;
 use super::record::{TrackingRecord, parse, record_time};
 use crate::perf::tracking_ring::TrackingRing;
@@ -29,6 +30,8 @@ pub struct Tracking {
     malformed: Vec<u64>,
     scratch: Vec<u8>,
     batch: Vec<(u64, usize, usize)>,
+    /// Build-ids for MMAP2 records the kernel wrote without one.
+    build_ids: BuildIdCache,
 }
 
 impl Tracking {
@@ -41,6 +44,7 @@ impl Tracking {
             malformed: vec![0; n],
             scratch: Vec::new(),
             batch: Vec::new(),
+            build_ids: BuildIdCache::default(),
         }
     }
 
@@ -104,6 +108,10 @@ impl Tracking {
             let valid = iter.offset();
             let total = self.scratch.len() - start;
             self.malformed[i] += (total.saturating_sub(valid)) as u64;
+        }
+        for &(_, offset, len) in &self.batch {
+            self.build_ids
+                .fill_mmap2(&mut self.scratch[offset..offset + len]);
         }
         // Stable: records of one CPU with equal times keep their order.
         self.batch.sort_by_key(|&(time, _, _)| time);

@@ -7,6 +7,7 @@
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
 //! - [`state`]: a thread and its mappings as the table knows them.
 
+pub mod build_id;
 pub mod drain;
 pub mod log;
 pub mod maps;

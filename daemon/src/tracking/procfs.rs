@@ -78,6 +78,7 @@ fn parse_maps_line(line: &str) -> Option<MapState> {
         } else {
             path.into()
         },
+        build_id: None,
     })
 }
 
@@ -171,6 +172,7 @@ garbage line
                 prot: PROT_READ | PROT_EXEC,
                 flags: MAP_PRIVATE,
                 filename: "/usr/bin/bash".into(),
+                build_id: None,
             }
         );
         assert_eq!(&*got[1].filename, "//anon");

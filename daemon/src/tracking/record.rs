@@ -4,7 +4,7 @@
 //! id = 32 bytes). Pure: bad bytes give `None`, never a panic.
 
 use crate::abi::{HEADER_SIZE, RecordHeader, get_u32, get_u64, misc, record_type};
-use crate::tracking::state::MapState;
+use crate::tracking::state::{BuildId, MapState};
 
 /// Size of the `sample_id_all` trailer of tracking records.
 pub const SAMPLE_ID_SIZE: usize = 32;
@@ -129,6 +129,12 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
                     prot: get_u32(record, 64),
                     flags: get_u32(record, 68),
                     filename: c_string(&record[72..body_end]).into(),
+                    // u8 size, 3 reserved bytes, then the id in 20 bytes.
+                    build_id: if build_id {
+                        BuildId::new(&record[44..44 + usize::from(record[40]).min(20)])
+                    } else {
+                        None
+                    },
                 },
             }
         }
@@ -144,6 +150,7 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
                     // PROT_EXEC: MMAP records are emitted for executable maps.
                     prot: 4,
                     filename: c_string(&record[40..body_end]).into(),
+                    build_id: None,
                     ..MapState::default()
                 },
             }
@@ -274,6 +281,7 @@ mod tests {
             prot: 5,
             flags: 2,
             filename: "/usr/bin/sleep".into(),
+            build_id: None,
         };
         let m = parse(&build::mmap2(10, 10, &map, 8)).unwrap();
         assert_eq!(
