@@ -185,11 +185,16 @@ pub fn current_thread_policy() -> io::Result<i32> {
 mod tests {
     use super::*;
 
+    /// The rayon workers are shared by the whole test binary: the tests
+    /// that raise them take turns.
+    static RAYON_POLICY: Mutex<()> = Mutex::new(());
+
     #[test]
     #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
     fn guard_raises_this_thread_and_the_rayon_workers_then_restores_them() {
         // CAP_SYS_NICE.
         flightrec_tests::require_root("guard_raises_this_thread_and_the_rayon_workers");
+        let _turn = RAYON_POLICY.lock().unwrap_or_else(|p| p.into_inner());
         let workers = || rayon::broadcast(|_| current_thread_policy().unwrap());
         let before = workers();
         assert!(before.iter().all(|&p| p == libc::SCHED_OTHER), "{before:?}");
@@ -211,6 +216,7 @@ mod tests {
     #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
     fn a_guard_on_a_realtime_thread_leaves_it_realtime() {
         flightrec_tests::require_root("a_guard_on_a_realtime_thread_leaves_it_realtime");
+        let _turn = RAYON_POLICY.lock().unwrap_or_else(|p| p.into_inner());
         std::thread::spawn(|| {
             let fifo = |p: i32| p & !libc::SCHED_RESET_ON_FORK == libc::SCHED_FIFO;
             assert!(run_realtime(2));
