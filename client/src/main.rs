@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use flightrec_config::{
     ByteSize, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, HumanDuration, LoadedConfig,
 };
 use flightrec_proto::v1 as pb;
+use snapctl::fleet::{FleetTarget, parse_selector, request_json};
 use snapctl::{ClientError, DEFAULT_TIMEOUT, answered_within, call_error, connect, render};
 
 const EXIT_CODES: &str = "\
@@ -108,6 +110,44 @@ enum Command {
     /// List the configured [[trigger]] conditions: how often each fired,
     /// dumped and was held by its rate limit, and when it last fired.
     Triggers,
+    /// Talk to every daemon of the fleet over NATS ([fleet] in the config).
+    Fleet {
+        /// A NATS server. Default: nats of [fleet] in
+        /// /etc/flightrec/flightrec.toml, else nats://127.0.0.1:4222.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Subject prefix. Default: subject of [fleet], else flightrec.
+        #[arg(long, value_name = "PREFIX")]
+        subject: Option<String>,
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Ask every daemon (or those --select picks) for a snapshot; print one
+    /// line per host that answered within --wait, and the --expect hosts
+    /// that did not. Exit status 1 when a host failed or did not answer.
+    Dump {
+        /// The snapshots' label (see `snapctl dump --label`).
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+        /// Only hosts whose [fleet] labels have KEY=VALUE (repeat: all must
+        /// match; host=NAME picks one host).
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_selector)]
+        select: Vec<(String, String)>,
+        /// Compress with zstd even if a daemon's config says "none".
+        #[arg(long)]
+        compress: bool,
+        /// How long to collect replies, e.g. 10s.
+        #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+        wait: Duration,
+        /// Hosts that should answer (comma-separated): the ones that did
+        /// not are listed, and the wait ends once all have answered.
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        expect: Vec<String>,
+    },
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -126,22 +166,71 @@ fn parse_duration(s: &str) -> Result<u64, String> {
     HumanDuration::parse(s).map(|d| d.get().as_secs())
 }
 
+/// The daemon's config file, when there is one that reads.
+fn daemon_config() -> Option<LoadedConfig> {
+    let path = Path::new(DEFAULT_CONFIG_PATH);
+    path.exists()
+        .then(|| LoadedConfig::load(path).ok())
+        .flatten()
+}
+
 /// Flag or env, else the daemon's config file, else the default.
 fn socket_path(flag: Option<PathBuf>) -> PathBuf {
-    flag.or_else(|| {
-        let path = Path::new(DEFAULT_CONFIG_PATH);
-        path.exists()
-            .then(|| LoadedConfig::load(path).ok())
-            .flatten()
-            .map(|l| l.config.daemon.socket)
-    })
-    .unwrap_or_else(|| DEFAULT_SOCKET.into())
+    flag.or_else(|| daemon_config().map(|l| l.config.daemon.socket))
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// `snapctl fleet ...`: NATS only, no daemon socket.
+async fn run_fleet(
+    nats: Option<String>,
+    subject: Option<String>,
+    command: FleetCommand,
+    json: bool,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    let config = daemon_config();
+    let mut target = FleetTarget::new(
+        nats,
+        config
+            .as_ref()
+            .and_then(|c| c.config.fleet.as_ref().map(|f| f.get_ref())),
+    );
+    if let Some(s) = subject {
+        target.subject = s;
+    }
+    let FleetCommand::Dump {
+        label,
+        select,
+        compress,
+        wait,
+        expect,
+    } = command;
+    let select: BTreeMap<String, String> = select.into_iter().collect();
+    let request = request_json(label.as_deref(), &select, compress);
+    let result = snapctl::fleet::dump(&target, &request, wait, &expect, timeout).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", result.render(json))
+        .and_then(|()| out.flush())
+        .map_err(ClientError::Output)?;
+    match result.failure() {
+        Some(why) => Err(ClientError::Fleet(why)),
+        None => Ok(()),
+    }
 }
 
 async fn run(args: Args) -> Result<(), ClientError> {
-    let path = socket_path(args.socket);
     let json = args.json;
     let timeout = args.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    // The fleet is reached over NATS, not through the daemon's socket.
+    let args = match args.command {
+        Command::Fleet {
+            nats,
+            subject,
+            command,
+        } => return run_fleet(nats, subject, command, json, timeout).await,
+        command => Args { command, ..args },
+    };
+    let path = socket_path(args.socket);
     let mut client = connect(&path, timeout).await?;
     let text = match args.command {
         Command::Dump { label, compress } => {
@@ -231,6 +320,12 @@ async fn run(args: Args) -> Result<(), ClientError> {
             }
             return Ok(());
         }
+        // Served above, before connecting to the daemon.
+        Command::Fleet {
+            nats,
+            subject,
+            command,
+        } => return run_fleet(nats, subject, command, json, timeout).await,
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")
