@@ -88,7 +88,16 @@ impl FleetTarget {
             .map(|u| u.parse::<async_nats::ServerAddr>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.error(e))?;
-        options.connect(addrs).await.map_err(|e| self.error(e))
+        options.connect(addrs).await.map_err(|e| {
+            if e.kind() == async_nats::ConnectErrorKind::AuthorizationViolation {
+                self.error(
+                    "authorization violation (the server refused the credentials: --creds, \
+                     --user with --password-file, or those of [fleet] in the config)",
+                )
+            } else {
+                self.error(e)
+            }
+        })
     }
 }
 

@@ -19,10 +19,11 @@ use snapctl::{ClientError, DEFAULT_TIMEOUT, answered_within, call_error, connect
 const EXIT_CODES: &str = "\
 Exit status:
   0  success
-  1  the daemon answered with an error (bad label or id, disk full, ...)
+  1  the daemon answered with an error (bad label or id, disk full, ...);
+     fleet dump: a host answered with an error, or did not answer
   2  bad command line
   3  cannot reach the daemon (no socket, nobody listening, connection lost,
-     no answer within --timeout)
+     no answer within --timeout), or NATS for `fleet`
   4  permission denied on the socket (not root, not in its group)";
 
 /// Control flightrecd, the flight recorder: take, list, rotate and compress
@@ -119,6 +120,15 @@ enum Command {
         /// Subject prefix. Default: subject of [fleet], else flightrec.
         #[arg(long, value_name = "PREFIX")]
         subject: Option<String>,
+        /// A NATS credentials file. Default: creds of [fleet].
+        #[arg(long, value_name = "FILE", conflicts_with = "user")]
+        creds: Option<PathBuf>,
+        /// A NATS user (with --password-file). Default: user of [fleet].
+        #[arg(long, value_name = "NAME", requires = "password_file")]
+        user: Option<String>,
+        /// The file holding --user's password.
+        #[arg(long, value_name = "FILE", requires = "user")]
+        password_file: Option<PathBuf>,
         #[command(subcommand)]
         command: FleetCommand,
     },
@@ -180,23 +190,39 @@ fn socket_path(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| DEFAULT_SOCKET.into())
 }
 
-/// `snapctl fleet ...`: NATS only, no daemon socket.
-async fn run_fleet(
+/// What `snapctl fleet` was told about NATS; the rest comes from [fleet].
+struct FleetFlags {
     nats: Option<String>,
     subject: Option<String>,
+    creds: Option<PathBuf>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+}
+
+/// `snapctl fleet ...`: NATS only, no daemon socket.
+async fn run_fleet(
+    flags: FleetFlags,
     command: FleetCommand,
     json: bool,
     timeout: Duration,
 ) -> Result<(), ClientError> {
     let config = daemon_config();
     let mut target = FleetTarget::new(
-        nats,
+        flags.nats,
         config
             .as_ref()
             .and_then(|c| c.config.fleet.as_ref().map(|f| f.get_ref())),
     );
-    if let Some(s) = subject {
+    if let Some(s) = flags.subject {
         target.subject = s;
+    }
+    if let Some(creds) = flags.creds {
+        target.creds = Some(creds);
+        target.user = None;
+    }
+    if let (Some(user), Some(file)) = (flags.user, flags.password_file) {
+        target.user = Some((user, file));
+        target.creds = None;
     }
     let FleetCommand::Dump {
         label,
@@ -226,8 +252,20 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Command::Fleet {
             nats,
             subject,
+            creds,
+            user,
+            password_file,
             command,
-        } => return run_fleet(nats, subject, command, json, timeout).await,
+        } => {
+            let flags = FleetFlags {
+                nats,
+                subject,
+                creds,
+                user,
+                password_file,
+            };
+            return run_fleet(flags, command, json, timeout).await;
+        }
         command => Args { command, ..args },
     };
     let path = socket_path(args.socket);
@@ -324,8 +362,20 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Command::Fleet {
             nats,
             subject,
+            creds,
+            user,
+            password_file,
             command,
-        } => return run_fleet(nats, subject, command, json, timeout).await,
+        } => {
+            let flags = FleetFlags {
+                nats,
+                subject,
+                creds,
+                user,
+                password_file,
+            };
+            return run_fleet(flags, command, json, timeout).await;
+        }
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")
