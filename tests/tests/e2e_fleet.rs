@@ -177,6 +177,32 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // A label no snapshot may carry: every host answers why, nothing is
+    // written, exit status 1.
+    let before: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump",
+            "--label",
+            "../etc",
+            "--wait",
+            "20s",
+            "--expect",
+            "host-a,host-b,host-c",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(hosts(&v), ["host-a", "host-b", "host-c"], "{v}");
+    for r in v["replies"].as_array().unwrap() {
+        assert_eq!(
+            r["error"], "invalid label \"../etc\": it starts with a dot",
+            "{r}"
+        );
+    }
+    let after: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
+    assert_eq!(before, after);
 }
 
 #[test]

@@ -21,7 +21,7 @@ use flightrec_config::{FleetConfig, check_host, quoted};
 use tokio_stream::StreamExt;
 
 use crate::control::{self, State};
-use crate::store::unix_ns;
+use crate::store::{unix_ns, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
 pub use request::{FleetReply, FleetRequest};
 
@@ -186,6 +186,11 @@ impl Served {
 
     async fn dump(&self, r: FleetRequest) -> FleetReply {
         self.state.fleet.update(|s| s.requests += 1);
+        // Refused here, as the API does, so a bad label never fails a
+        // dump that other triggers share.
+        if let Some(Err(e)) = r.label.as_deref().map(validate_label) {
+            return FleetReply::error(&self.host, e.to_string());
+        }
         tracing::info!(
             label = r.label.as_deref().unwrap_or(""),
             "fleet: dump requested"
