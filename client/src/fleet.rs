@@ -207,10 +207,12 @@ impl FleetDump {
     }
 }
 
-/// Publishes one request to `<subject>.dump` and collects the replies on
-/// an inbox until `wait` has passed or every host of `expect` answered.
+/// Publishes one request to `<subject>.dump` (`<subject>.dump.<host>`
+/// for one host) and collects the replies on an inbox until `wait` has
+/// passed or every host of `expect` answered.
 pub async fn dump(
     target: &FleetTarget,
+    host: Option<&str>,
     request: &Value,
     wait: Duration,
     expect: &[String],
@@ -222,7 +224,10 @@ pub async fn dump(
         .subscribe(inbox.clone())
         .await
         .map_err(|e| target.error(e))?;
-    let subject = format!("{}.dump", target.subject);
+    let subject = match host {
+        Some(h) => format!("{}.dump.{h}", target.subject),
+        None => format!("{}.dump", target.subject),
+    };
     let started = Instant::now();
     client
         .publish_with_reply(subject, inbox, request.to_string().into())

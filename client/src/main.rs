@@ -144,7 +144,7 @@ enum FleetCommand {
         #[arg(long, value_name = "TEXT")]
         label: Option<String>,
         /// Only hosts whose [fleet] labels have KEY=VALUE (repeat: all must
-        /// match; host=NAME picks one host).
+        /// match; host=NAME matches the fleet host name).
         #[arg(long, value_name = "KEY=VALUE", value_parser = parse_selector)]
         select: Vec<(String, String)>,
         /// Compress with zstd even if a daemon's config says "none".
@@ -157,6 +157,9 @@ enum FleetCommand {
         /// not are listed, and the wait ends once all have answered.
         #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
         expect: Vec<String>,
+        /// Ask this host only (on <subject>.dump.HOST; expected to answer).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
     },
 }
 
@@ -229,11 +232,18 @@ async fn run_fleet(
         select,
         compress,
         wait,
-        expect,
+        mut expect,
+        host,
     } = command;
     let select: BTreeMap<String, String> = select.into_iter().collect();
     let request = request_json(label.as_deref(), &select, compress);
-    let result = snapctl::fleet::dump(&target, &request, wait, &expect, timeout).await?;
+    if let Some(h) = &host
+        && expect.is_empty()
+    {
+        expect.push(h.clone());
+    }
+    let result =
+        snapctl::fleet::dump(&target, host.as_deref(), &request, wait, &expect, timeout).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", result.render(json))
         .and_then(|()| out.flush())

@@ -178,6 +178,21 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // One host by its own subject: only it answers and dumps.
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump", "--host", "host-c", "--label", "c-only", "--wait", "2s",
+        ],
+    );
+    assert!(out.status.success(), "{v}");
+    assert_eq!(hosts(&v), ["host-c"], "{v}");
+    assert_eq!(v["replies"][0]["label"], "c-only");
+    for (host, d) in &daemons {
+        let c_only = d.list().iter().filter(|s| s["label"] == "c-only").count();
+        assert_eq!(c_only, usize::from(*host == "host-c"), "{host}");
+    }
+
     // A label no snapshot may carry: every host answers why, nothing is
     // written, exit status 1.
     let before: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
