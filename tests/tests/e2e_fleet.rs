@@ -369,3 +369,65 @@ fn a_daemon_started_before_its_server_joins_when_the_server_comes() {
     assert!(out.status.success(), "{v}");
     assert_eq!(v["replies"][0]["label"], "late", "{v}");
 }
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn requests_beyond_the_waiting_limit_are_answered_busy() {
+    require_root("requests_beyond_the_waiting_limit_are_answered_busy");
+    let nats = NatsServer::start();
+    let url = nats.url();
+    // The dump waits 8s after its first trigger: every request sent
+    // meanwhile waits for it.
+    let config = fleet_section(&url, "host-busy", "role = \"db\"", "")
+        .replace("[snapshot]\n", "[snapshot]\npost_trigger_delay = \"8s\"\n");
+    let d = Daemon::start(&config);
+    connected(&d);
+    let clients: Vec<std::process::Child> = (0..20)
+        .map(|_| {
+            std::process::Command::new(bin_path("snapctl"))
+                .args([
+                    "--json",
+                    "fleet",
+                    "--nats",
+                    &url,
+                    "dump",
+                    "--host",
+                    "host-busy",
+                ])
+                .args(["--wait", "30s"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn snapctl")
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut busy = 0;
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let reply = &v["replies"][0];
+        match reply["error"].as_str() {
+            Some(e) => {
+                assert_eq!(
+                    e,
+                    "busy: 16 fleet requests already wait for a snapshot on this host; ask again \
+                     once they are answered"
+                );
+                assert_eq!(out.status.code(), Some(1));
+                busy += 1;
+            }
+            None => {
+                assert!(out.status.success(), "{v}");
+                assert_eq!(reply["coalesced"], true, "{reply}");
+                ids.insert(reply["id"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    // Sixteen waited and shared one snapshot; four were turned away.
+    assert_eq!(busy, 4);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(d.list().len(), 1);
+    assert_eq!(d.json(&["status"])["fleet"]["dumps"], 16);
+}

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::{Client, ConnectOptions, Event as NatsEvent, Message};
 use flightrec_config::{FleetConfig, check_host, quoted};
+use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
 
 use crate::control::{self, State};
@@ -27,6 +28,10 @@ pub use request::{FleetReply, FleetRequest};
 
 /// Longest pause between two connection attempts.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Fleet requests that may wait for their snapshot at once; more are
+/// answered "busy" at once, so a flood of requests cannot pile up tasks
+/// (those waiting share one dump anyway).
+pub const MAX_WAITING_REQUESTS: usize = 16;
 
 /// The fleet connection as `Status` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -137,6 +142,7 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
         client: client.clone(),
         host,
         labels,
+        waiting: Arc::new(Semaphore::new(MAX_WAITING_REQUESTS)),
     });
     loop {
         tokio::select! {
@@ -160,6 +166,8 @@ struct Served {
     client: Client,
     host: String,
     labels: BTreeMap<String, String>,
+    /// One permit per request waiting for its dump.
+    waiting: Arc<Semaphore>,
 }
 
 impl Served {
@@ -191,6 +199,15 @@ impl Served {
         if let Some(Err(e)) = r.label.as_deref().map(validate_label) {
             return FleetReply::error(&self.host, e.to_string());
         }
+        let Ok(_waiting) = self.waiting.clone().try_acquire_owned() else {
+            return FleetReply::error(
+                &self.host,
+                format!(
+                    "busy: {MAX_WAITING_REQUESTS} fleet requests already wait for a snapshot \
+                     on this host; ask again once they are answered"
+                ),
+            );
+        };
         tracing::info!(
             label = r.label.as_deref().unwrap_or(""),
             "fleet: dump requested"
