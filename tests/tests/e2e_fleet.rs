@@ -368,6 +368,21 @@ fn a_daemon_started_before_its_server_joins_when_the_server_comes() {
     );
     assert!(out.status.success(), "{v}");
     assert_eq!(v["replies"][0]["label"], "late", "{v}");
+
+    // A changed [fleet] is reported by a reload and waits for a restart:
+    // the running host name still answers.
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(&d.config, text.replace("host-early", "host-renamed")).unwrap();
+    let r = d.json(&["reload"]);
+    assert!(
+        r["summary"]
+            .as_str()
+            .unwrap()
+            .contains("fleet (at next restart)"),
+        "{r}"
+    );
+    let (out, v) = fleet(&url, &["dump", "--wait", "20s", "--expect", "host-early"]);
+    assert!(out.status.success(), "{v}");
 }
 
 #[test]
