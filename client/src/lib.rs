@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod fleet;
 pub mod render;
 
 use std::io;
@@ -66,6 +67,12 @@ pub enum ClientError {
     Daemon { code: tonic::Code, message: String },
     #[error("cannot write the output: {0}")]
     Output(#[source] io::Error),
+    #[error("NATS at {servers}: {message}")]
+    Nats { servers: String, message: String },
+    /// `fleet dump`: some hosts failed or did not answer (the replies
+    /// were printed).
+    #[error("{0}")]
+    Fleet(String),
 }
 
 impl ClientError {
@@ -79,6 +86,7 @@ impl ClientError {
             }
             ClientError::Output(_) => "Output".into(),
             ClientError::Timeout { .. } => "Timeout".into(),
+            ClientError::Fleet(_) => "Fleet".into(),
             _ => "Connect".into(),
         };
         serde_json::json!({ "error": self.to_string(), "code": code, "exit": self.exit_code() })
@@ -90,6 +98,7 @@ impl ClientError {
             ClientError::NoSocket { .. }
             | ClientError::Refused { .. }
             | ClientError::Connect { .. }
+            | ClientError::Nats { .. }
             | ClientError::Timeout { .. } => EXIT_CONNECT,
             ClientError::Permission { .. } | ClientError::Dropped { .. } => EXIT_PERMISSION,
             // Refused on an open connection: access revoked.
@@ -97,7 +106,9 @@ impl ClientError {
                 code: tonic::Code::PermissionDenied,
                 ..
             } => EXIT_PERMISSION,
-            ClientError::Daemon { .. } | ClientError::Output(_) => EXIT_DAEMON_ERROR,
+            ClientError::Daemon { .. } | ClientError::Output(_) | ClientError::Fleet(_) => {
+                EXIT_DAEMON_ERROR
+            }
         }
     }
 }

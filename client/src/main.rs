@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,15 +13,17 @@ use flightrec_config::{
     ByteSize, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, HumanDuration, LoadedConfig,
 };
 use flightrec_proto::v1 as pb;
+use snapctl::fleet::{FleetTarget, parse_selector, request_json};
 use snapctl::{ClientError, DEFAULT_TIMEOUT, answered_within, call_error, connect, render};
 
 const EXIT_CODES: &str = "\
 Exit status:
   0  success
-  1  the daemon answered with an error (bad label or id, disk full, ...)
+  1  the daemon answered with an error (bad label or id, disk full, ...);
+     fleet dump: a host answered with an error, or did not answer
   2  bad command line
   3  cannot reach the daemon (no socket, nobody listening, connection lost,
-     no answer within --timeout)
+     no answer within --timeout), or NATS for `fleet`
   4  permission denied on the socket (not root, not in its group)";
 
 /// Control flightrecd, the flight recorder: take, list, rotate and compress
@@ -129,6 +132,56 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Talk to every daemon of the fleet over NATS ([fleet] in the config).
+    Fleet {
+        /// A NATS server. Default: nats of [fleet] in
+        /// /etc/flightrec/flightrec.toml, else nats://127.0.0.1:4222.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Subject prefix. Default: subject of [fleet], else flightrec.
+        #[arg(long, value_name = "PREFIX")]
+        subject: Option<String>,
+        /// A NATS credentials file. Default: creds of [fleet].
+        #[arg(long, value_name = "FILE", conflicts_with = "user")]
+        creds: Option<PathBuf>,
+        /// A NATS user (with --password-file). Default: user of [fleet].
+        #[arg(long, value_name = "NAME", requires = "password_file")]
+        user: Option<String>,
+        /// The file holding --user's password.
+        #[arg(long, value_name = "FILE", requires = "user")]
+        password_file: Option<PathBuf>,
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Ask every daemon (or those --select picks) for a snapshot; print one
+    /// line per host that answered within --wait, and the --expect hosts
+    /// that did not. Exit status 1 when a host failed or did not answer.
+    Dump {
+        /// The snapshots' label (see `snapctl dump --label`).
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+        /// Only hosts whose [fleet] labels have KEY=VALUE (repeat: all must
+        /// match; host=NAME matches the fleet host name).
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_selector)]
+        select: Vec<(String, String)>,
+        /// Compress with zstd even if a daemon's config says "none".
+        #[arg(long)]
+        compress: bool,
+        /// How long to collect replies, e.g. 10s.
+        #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+        wait: Duration,
+        /// Hosts that should answer (comma-separated): the ones that did
+        /// not are listed, and the wait ends once all have answered.
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        expect: Vec<String>,
+        /// Ask this host only (on <subject>.dump.HOST; expected to answer).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+    },
 }
 
 /// The id of a snapshot file name (`ID.perf.data`).
@@ -209,22 +262,106 @@ fn parse_duration(s: &str) -> Result<u64, String> {
     HumanDuration::parse(s).map(|d| d.get().as_secs())
 }
 
+/// The daemon's config file, when there is one that reads.
+fn daemon_config() -> Option<LoadedConfig> {
+    let path = Path::new(DEFAULT_CONFIG_PATH);
+    path.exists()
+        .then(|| LoadedConfig::load(path).ok())
+        .flatten()
+}
+
 /// Flag or env, else the daemon's config file, else the default.
 fn socket_path(flag: Option<PathBuf>) -> PathBuf {
-    flag.or_else(|| {
-        let path = Path::new(DEFAULT_CONFIG_PATH);
-        path.exists()
-            .then(|| LoadedConfig::load(path).ok())
-            .flatten()
-            .map(|l| l.config.daemon.socket)
-    })
-    .unwrap_or_else(|| DEFAULT_SOCKET.into())
+    flag.or_else(|| daemon_config().map(|l| l.config.daemon.socket))
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// What `snapctl fleet` was told about NATS; the rest comes from [fleet].
+struct FleetFlags {
+    nats: Option<String>,
+    subject: Option<String>,
+    creds: Option<PathBuf>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+}
+
+/// `snapctl fleet ...`: NATS only, no daemon socket.
+async fn run_fleet(
+    flags: FleetFlags,
+    command: FleetCommand,
+    json: bool,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    let config = daemon_config();
+    let mut target = FleetTarget::new(
+        flags.nats,
+        config
+            .as_ref()
+            .and_then(|c| c.config.fleet.as_ref().map(|f| f.get_ref())),
+    );
+    if let Some(s) = flags.subject {
+        target.subject = s;
+    }
+    if let Some(creds) = flags.creds {
+        target.creds = Some(creds);
+        target.user = None;
+    }
+    if let (Some(user), Some(file)) = (flags.user, flags.password_file) {
+        target.user = Some((user, file));
+        target.creds = None;
+    }
+    let FleetCommand::Dump {
+        label,
+        select,
+        compress,
+        wait,
+        mut expect,
+        host,
+    } = command;
+    let select: BTreeMap<String, String> = select.into_iter().collect();
+    let request = request_json(label.as_deref(), &select, compress);
+    if let Some(h) = &host
+        && expect.is_empty()
+    {
+        expect.push(h.clone());
+    }
+    let result =
+        snapctl::fleet::dump(&target, host.as_deref(), &request, wait, &expect, timeout).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", result.render(json))
+        .and_then(|()| out.flush())
+        .map_err(ClientError::Output)?;
+    match result.failure() {
+        Some(why) => Err(ClientError::Fleet(why)),
+        None => Ok(()),
+    }
 }
 
 async fn run(args: Args) -> Result<(), ClientError> {
-    let path = socket_path(args.socket);
     let json = args.json;
     let timeout = args.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    // The fleet is reached over NATS, not through the daemon's socket.
+    let args = match args.command {
+        Command::Fleet {
+            nats,
+            subject,
+            creds,
+            user,
+            password_file,
+            command,
+        } => {
+            let flags = FleetFlags {
+                nats,
+                subject,
+                creds,
+                user,
+                password_file,
+            };
+            return run_fleet(flags, command, json, timeout).await;
+        }
+        command => Args { command, ..args },
+    };
+    let path = socket_path(args.socket);
     if matches!(
         args.command,
         Command::Archive { .. } | Command::Decompress { .. }
@@ -324,7 +461,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
             }
             return Ok(());
         }
-        Command::Archive { .. } | Command::Decompress { .. } => {
+        Command::Archive { .. } | Command::Decompress { .. } | Command::Fleet { .. } => {
             unreachable!("handled before connecting")
         }
     };

@@ -288,6 +288,7 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
             "last_dump": timings_json(r.last_dump.as_ref()),
             "dumps": r.dumps,
             "triggers": triggers_json(r),
+            "fleet": fleet_status_json(r.fleet.as_ref()),
         })
         .to_string();
     }
@@ -386,7 +387,40 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
             .join("; ");
         out.push(format!("triggers: {line}"));
     }
+    if let Some(f) = &r.fleet {
+        out.push(format!(
+            "fleet: {} as {} via {}; {} requests, {} dumps",
+            f.state,
+            f.host,
+            f.servers.join(", "),
+            f.requests,
+            f.dumps
+        ));
+        if !f.last_error.is_empty() {
+            out.push(format!(
+                "fleet last error ({}): {}",
+                utc(f.last_error_unix_ns),
+                f.last_error
+            ));
+        }
+    }
     out.join("\n")
+}
+
+/// `null` without `[fleet]`.
+fn fleet_status_json(f: Option<&pb::FleetStatus>) -> Value {
+    match f {
+        None => Value::Null,
+        Some(f) => json!({
+            "state": f.state,
+            "host": f.host,
+            "servers": f.servers,
+            "last_error": f.last_error,
+            "last_error_unix_ns": f.last_error_unix_ns,
+            "requests": f.requests,
+            "dumps": f.dumps,
+        }),
+    }
 }
 
 pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
@@ -618,6 +652,38 @@ mod tests {
         assert_eq!(v["tracking"]["exited_threads_dropped"], 3);
         assert_eq!(v["tracking"]["max_maps_per_process"], 1000);
         assert_eq!(v["tracking"]["checkpoint_interval_bytes"], 512 << 10);
+    }
+
+    #[test]
+    fn status_shows_the_fleet_connection_and_its_last_error() {
+        let mut reply = pb::StatusReply::default();
+        assert!(!status(&reply, false).contains("fleet"));
+        let v: Value = serde_json::from_str(&status(&reply, true)).unwrap();
+        assert_eq!(v["fleet"], Value::Null);
+        reply.fleet = Some(pb::FleetStatus {
+            state: "connecting".into(),
+            host: "host-a".into(),
+            servers: vec!["nats://127.0.0.1:4222".into()],
+            last_error: "cannot connect: authorization violation".into(),
+            last_error_unix_ns: 1_763_676_693_000_000_000,
+            requests: 2,
+            dumps: 1,
+        });
+        let human = status(&reply, false);
+        assert!(
+            human.contains(
+                "fleet: connecting as host-a via nats://127.0.0.1:4222; 2 requests, 1 dumps\n\
+                 fleet last error (2025-11-20 22:11:33Z): cannot connect: authorization violation"
+            ),
+            "{human}"
+        );
+        let v: Value = serde_json::from_str(&status(&reply, true)).unwrap();
+        assert_eq!(v["fleet"]["state"], "connecting");
+        assert_eq!(
+            v["fleet"]["last_error"],
+            "cannot connect: authorization violation"
+        );
+        assert_eq!(v["fleet"]["servers"][0], "nats://127.0.0.1:4222");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+mod fleet;
 mod load;
 mod message;
 mod schema;
@@ -18,6 +19,10 @@ mod validate;
 
 pub use toml::Spanned;
 
+pub use fleet::{
+    DEFAULT_BUCKET, DEFAULT_NATS_URL, DEFAULT_SUBJECT, FleetConfig, NatsServers, S3Config,
+    check_host, check_label_key, check_label_value,
+};
 pub use load::{ConfigError, LoadedConfig};
 pub use message::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, line_column, quoted, truncated};
 pub use schema::{

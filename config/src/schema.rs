@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::fleet::FleetConfig;
 use crate::trigger::TriggerConfig;
 use crate::units::{ByteSize, HumanDuration};
 
@@ -31,6 +32,9 @@ pub struct Config {
     /// `[[trigger]]` tables: conditions that dump by themselves.
     #[serde(rename = "trigger", skip_serializing_if = "Vec::is_empty")]
     pub triggers: Vec<Spanned<TriggerConfig>>,
+    /// `[fleet]`: absent, the daemon runs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Spanned<FleetConfig>>,
 }
 
 /// `[daemon]`
@@ -201,6 +205,7 @@ impl Default for Config {
             tracking: TrackingConfig::default(),
             events: default_events(),
             triggers: Vec::new(),
+            fleet: None,
         }
     }
 }

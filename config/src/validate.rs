@@ -180,6 +180,9 @@ impl Config {
             }
         }
         crate::trigger::validate_triggers(&self.triggers)?;
+        if let Some(fleet) = &self.fleet {
+            fleet.get_ref().validate(fleet.span())?;
+        }
         let level = &self.snapshot.level;
         if !(1..=22).contains(level.get_ref()) {
             return Err((

@@ -16,6 +16,7 @@ pub mod abi;
 pub mod api;
 pub mod control;
 pub mod daemon;
+pub mod fleet;
 pub mod perf;
 pub mod recorder;
 pub mod ring;

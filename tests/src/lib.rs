@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+mod nats;
 mod python;
+pub use nats::{NatsServer, free_port};
 pub use python::{GRPC_PYTHON, PythonClient};
 
 /// A python3 script for the hostile-tracking test and benchmark: maps

@@ -146,6 +146,15 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 last_matched: t.counters.last_matched,
             })
             .collect(),
+        fleet: s.fleet.map(|f| pb::FleetStatus {
+            state: f.state.into(),
+            host: f.host,
+            servers: f.servers,
+            last_error: f.last_error,
+            last_error_unix_ns: f.last_error_unix_ns,
+            requests: f.requests,
+            dumps: f.dumps,
+        }),
     }
 }
 

@@ -61,6 +61,8 @@ pub struct StatusReport {
     pub last_dump: Option<DumpTimings>,
     pub dumps: u64,
     pub triggers: Vec<super::conditions::TriggerStatus>,
+    /// None without `[fleet]`.
+    pub fleet: Option<crate::fleet::FleetReport>,
 }
 
 /// A command's result.
@@ -322,6 +324,7 @@ impl State {
             last_dump: self.last_dump(),
             dumps: self.dumps(),
             triggers: self.trigger_statuses(),
+            fleet: self.fleet.report(),
         })))
     }
 }

@@ -63,6 +63,8 @@ pub struct State {
     shutdown_tx: watch::Sender<bool>,
     reload_lock: tokio::sync::Mutex<()>,
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+    /// The fleet connection (None inside without `[fleet]`).
+    pub fleet: Arc<crate::fleet::FleetStatus>,
 }
 
 /// The dump queue's receiving end, for [`run_dumps`].
@@ -99,6 +101,7 @@ impl State {
             shutdown_tx,
             reload_lock: tokio::sync::Mutex::new(()),
             set_log_level,
+            fleet: Arc::default(),
         });
         (
             state,

@@ -59,6 +59,10 @@ impl State {
             );
             changes.push("socket (at next restart)".to_string());
         }
+        if o.fleet != n.fleet {
+            tracing::warn!("[fleet] changed; it takes effect at the next restart");
+            changes.push("fleet (at next restart)".to_string());
+        }
         if group.as_ref().map(|g| g.1) != old.group.as_ref().map(|g| g.1) {
             set_socket_group(&self.socket_path, group.as_ref().map(|g| g.1))?;
             changes.push("socket_group".into());

@@ -158,6 +158,13 @@ async fn serve(
     let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
     let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
     state.start_conditions(conditions)?;
+    let fleet_task = state
+        .current()
+        .config
+        .config
+        .fleet
+        .as_ref()
+        .map(|f| tokio::spawn(crate::fleet::run(state.clone(), f.get_ref().clone())));
     let loss_task = tokio::spawn(control::loss::watch_losses(state.clone()));
     let signal_thread = {
         let st = state.clone();
@@ -206,6 +213,9 @@ async fn serve(
         }
     }
     loss_task.abort();
+    if let Some(t) = fleet_task {
+        t.abort();
+    }
     drop(signal_thread);
     api::socket::remove_socket(&socket_path);
     tracing::info!("stopped");

@@ -38,6 +38,8 @@ pub enum TriggerKind {
     Signal,
     /// A `[[trigger]]` condition, by name.
     Condition(Arc<str>),
+    /// A request from the fleet (NATS).
+    Fleet,
 }
 
 impl TriggerKind {
@@ -48,6 +50,7 @@ impl TriggerKind {
             TriggerKind::Api => "api".into(),
             TriggerKind::Signal => "signal".into(),
             TriggerKind::Condition(name) => format!("condition:{name}"),
+            TriggerKind::Fleet => "fleet".into(),
         }
     }
 }

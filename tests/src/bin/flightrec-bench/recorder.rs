@@ -309,6 +309,24 @@ impl Recorder {
         self.wait_accepted(before, start, "the exec", accept)
     }
 
+    /// Waits until no new snapshot has appeared for `quiet` (at most 20 s):
+    /// perf switches files on any exec, the harness's own `perf script`
+    /// among them, and a late one must not pass for the next trigger's.
+    pub fn settle(&self, quiet: Duration) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = self.complete_snapshots()?;
+        let mut since = Instant::now();
+        while since.elapsed() < quiet && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = self.complete_snapshots()?;
+            if now != last {
+                last = now;
+                since = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
     /// Elapsed is taken when the accepted file was first seen complete.
     fn wait_accepted(
         &self,

@@ -84,6 +84,9 @@ struct Figures {
     exec_freeze: Vec<f64>,
     signal_file: Vec<f64>,
     exec_file: Vec<f64>,
+    /// Exec-triggered snapshots, and those that still hold the exec.
+    exec_shots: usize,
+    exec_kept: usize,
 }
 
 pub fn trigger(args: &Args) -> Result<Section> {
@@ -104,20 +107,29 @@ pub fn trigger(args: &Args) -> Result<Section> {
             let load = BackgroundLoad::messaging(4)?;
             std::thread::sleep(Duration::from_secs(3));
             for _ in 0..shots {
+                recorder.settle(Duration::from_millis(500))?;
                 let sent = monotonic_ns()?;
                 // A file frozen before the signal was sent is another switch's.
                 let shot = recorder.trigger_signal_until(&|p| Ok(sample_times(p)?.0 >= sent))?;
                 f.signal_file.push(shot.elapsed.as_secs_f64() * 1e3);
                 let (newest, _) = sample_times(&shot.path)?;
                 f.signal_freeze.push(ms(newest - sent));
-                std::thread::sleep(Duration::from_millis(300));
+                recorder.settle(Duration::from_millis(500))?;
 
-                let shot = recorder.trigger_exec(&probe, &|p| Ok(sample_times(p)?.1.is_some()))?;
+                // The exec happens after `spawned`: the first file frozen
+                // after it is the exec's. perf's may no longer hold the exec
+                // (its rings overwrote it before perf froze them): then
+                // its freeze is counted from `spawned`, a lower bound.
+                let spawned = monotonic_ns()?;
+                let shot = recorder.trigger_exec(&probe, &|p| Ok(sample_times(p)?.0 >= spawned))?;
                 f.exec_file.push(shot.elapsed.as_secs_f64() * 1e3);
                 let (newest, exec) = sample_times(&shot.path)?;
-                let exec = exec.context("the exec that fired it")?;
-                f.exec_freeze.push(ms(newest.saturating_sub(exec)));
-                std::thread::sleep(Duration::from_millis(300));
+                f.exec_shots += 1;
+                if exec.is_some() {
+                    f.exec_kept += 1;
+                }
+                f.exec_freeze
+                    .push(ms(newest.saturating_sub(exec.unwrap_or(spawned))));
             }
             drop(load);
             recorder.stop()?;
@@ -165,6 +177,13 @@ pub fn trigger(args: &Args) -> Result<Section> {
             p99_row("exec tracepoint → rings frozen (p99)", &|f| {
                 &f.exec_freeze
             }),
+            Row {
+                metric: "exec-triggered snapshots that hold the exec".into(),
+                flightrec: format!("{} of {}", fr.exec_kept, fr.exec_shots),
+                perf: format!("{} of {}", pf.exec_kept, pf.exec_shots),
+                ratio: None,
+                target: "all",
+            },
             row("SIGUSR2 → complete file", &|f| &f.signal_file, ""),
             row(
                 "exec → complete file (perf: --switch-output-event)",

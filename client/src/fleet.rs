@@ -1,0 +1,353 @@
+//! `snapctl fleet dump`: one request published on NATS to every daemon of
+//! the fleet, the replies collected until `--wait` runs out (or every
+//! expected host answered).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use async_nats::ConnectOptions;
+use flightrec_config::{DEFAULT_NATS_URL, DEFAULT_SUBJECT, FleetConfig};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+
+use crate::ClientError;
+use crate::render::human_bytes;
+
+/// Where and how to reach NATS: `--nats`, else `[fleet]` of the config
+/// file, else the local default; credentials and subject from `[fleet]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetTarget {
+    pub servers: Vec<String>,
+    pub subject: String,
+    pub creds: Option<PathBuf>,
+    pub user: Option<(String, PathBuf)>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_client: Option<(PathBuf, PathBuf)>,
+}
+
+impl FleetTarget {
+    pub fn new(nats: Option<String>, fleet: Option<&FleetConfig>) -> Self {
+        let servers = match (nats, fleet) {
+            (Some(url), _) => vec![url],
+            (None, Some(f)) => f.servers().to_vec(),
+            (None, None) => vec![DEFAULT_NATS_URL.to_string()],
+        };
+        Self {
+            servers,
+            subject: fleet.map_or(DEFAULT_SUBJECT.to_string(), |f| f.subject.get_ref().clone()),
+            creds: fleet.and_then(|f| f.creds.as_ref().map(|c| c.get_ref().clone())),
+            user: fleet.and_then(|f| match (&f.user, &f.password_file) {
+                (Some(u), Some(p)) => Some((u.get_ref().clone(), p.get_ref().clone())),
+                _ => None,
+            }),
+            tls_ca: fleet.and_then(|f| f.tls_ca.as_ref().map(|c| c.get_ref().clone())),
+            tls_client: fleet.and_then(|f| match (&f.tls_cert, &f.tls_key) {
+                (Some(c), Some(k)) => Some((c.get_ref().clone(), k.get_ref().clone())),
+                _ => None,
+            }),
+        }
+    }
+
+    fn error(&self, message: impl std::fmt::Display) -> ClientError {
+        ClientError::Nats {
+            servers: self.servers.join(", "),
+            message: message.to_string(),
+        }
+    }
+
+    async fn connect(&self, timeout: Duration) -> Result<async_nats::Client, ClientError> {
+        let mut options = ConnectOptions::new()
+            .name("snapctl")
+            .connection_timeout(timeout);
+        if let Some(creds) = &self.creds {
+            options = options
+                .credentials_file(creds)
+                .await
+                .map_err(|e| self.error(format!("cannot read {}: {e}", creds.display())))?;
+        }
+        if let Some((user, file)) = &self.user {
+            let password = std::fs::read_to_string(file)
+                .map_err(|e| self.error(format!("cannot read {}: {e}", file.display())))?;
+            options = options.user_and_password(
+                user.clone(),
+                password.trim_end_matches(['\n', '\r']).to_string(),
+            );
+        }
+        if let Some(ca) = &self.tls_ca {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            options = options
+                .add_client_certificate(cert.clone(), key.clone())
+                .require_tls(true);
+        }
+        let addrs = self
+            .servers
+            .iter()
+            .map(|u| u.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(e))?;
+        options.connect(addrs).await.map_err(|e| {
+            if e.kind() == async_nats::ConnectErrorKind::AuthorizationViolation {
+                self.error(
+                    "authorization violation (the server refused the credentials: --creds, \
+                     --user with --password-file, or those of [fleet] in the config)",
+                )
+            } else {
+                self.error(e)
+            }
+        })
+    }
+}
+
+/// `role=db` into its key and value.
+pub fn parse_selector(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE, e.g. role=db")),
+    }
+}
+
+/// The request the daemons read (daemon/src/fleet/request.rs).
+pub fn request_json(
+    label: Option<&str>,
+    select: &BTreeMap<String, String>,
+    compress: bool,
+) -> Value {
+    let mut v = json!({});
+    if let Some(l) = label {
+        v["label"] = json!(l);
+    }
+    if !select.is_empty() {
+        v["select"] = json!(select);
+    }
+    if compress {
+        v["compress"] = json!(true);
+    }
+    v
+}
+
+/// What came back within the wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetDump {
+    /// Each reply as the daemon sent it (`host` and the snapshot's
+    /// metadata, or `host` and `error`), by host.
+    pub replies: Vec<Value>,
+    /// Expected hosts that did not answer.
+    pub missing: Vec<String>,
+    pub waited: Duration,
+    /// From the request to the last reply.
+    pub last_reply: Option<Duration>,
+}
+
+impl FleetDump {
+    /// Exit status 1 when a host failed, did not answer, or none did.
+    pub fn failure(&self) -> Option<String> {
+        let errors = self
+            .replies
+            .iter()
+            .filter(|r| r.get("error").is_some())
+            .count();
+        if self.replies.is_empty() {
+            Some(format!(
+                "no host answered within {}",
+                humantime::format_duration(self.waited)
+            ))
+        } else if !self.missing.is_empty() || errors > 0 {
+            Some(format!(
+                "{} hosts did not answer, {errors} answered with an error",
+                self.missing.len()
+            ))
+        } else {
+            None
+        }
+    }
+
+    pub fn render(&self, as_json: bool) -> String {
+        if as_json {
+            return json!({
+                "replies": self.replies,
+                "missing": self.missing,
+                "last_reply_ns": self.last_reply.map(|d| d.as_nanos() as u64),
+            })
+            .to_string();
+        }
+        let mut out: Vec<String> = self
+            .replies
+            .iter()
+            .map(|r| {
+                let host = r["host"].as_str().unwrap_or("?");
+                match r.get("error") {
+                    Some(e) => format!("{host}  error: {}", e.as_str().unwrap_or("?")),
+                    None => format!(
+                        "{host}  {}  {}  {}",
+                        r["id"].as_str().unwrap_or("?"),
+                        human_bytes(r["bytes"].as_u64().unwrap_or(0)),
+                        r["path"].as_str().unwrap_or("?")
+                    ),
+                }
+            })
+            .collect();
+        for host in &self.missing {
+            out.push(format!(
+                "{host}  no reply within {}",
+                humantime::format_duration(self.waited)
+            ));
+        }
+        out.push(match self.last_reply {
+            Some(d) => format!(
+                "{} hosts answered, the last after {}ms",
+                self.replies.len(),
+                d.as_millis()
+            ),
+            None => "no host answered".into(),
+        });
+        out.join("\n")
+    }
+}
+
+/// Publishes one request to `<subject>.dump` (`<subject>.dump.<host>`
+/// for one host) and collects the replies on an inbox until `wait` has
+/// passed or every host of `expect` answered.
+pub async fn dump(
+    target: &FleetTarget,
+    host: Option<&str>,
+    request: &Value,
+    wait: Duration,
+    expect: &[String],
+    timeout: Duration,
+) -> Result<FleetDump, ClientError> {
+    let client = target.connect(timeout).await?;
+    let inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| target.error(e))?;
+    let subject = match host {
+        Some(h) => format!("{}.dump.{h}", target.subject),
+        None => format!("{}.dump", target.subject),
+    };
+    let started = Instant::now();
+    client
+        .publish_with_reply(subject, inbox, request.to_string().into())
+        .await
+        .map_err(|e| target.error(e))?;
+    client.flush().await.map_err(|e| target.error(e))?;
+    let deadline = tokio::time::Instant::from_std(started + wait);
+    let expected: BTreeSet<&str> = expect.iter().map(String::as_str).collect();
+    let mut by_host: BTreeMap<String, Value> = BTreeMap::new();
+    let mut last_reply = None;
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, replies.next()).await {
+        let reply: Value = serde_json::from_slice(&message.payload)
+            .unwrap_or_else(|e| json!({"host": "?", "error": format!("unreadable reply: {e}")}));
+        let host = reply["host"].as_str().unwrap_or("?").to_string();
+        last_reply = Some(started.elapsed());
+        by_host.insert(host, reply);
+        if !expected.is_empty() && expected.iter().all(|h| by_host.contains_key(*h)) {
+            break;
+        }
+    }
+    let missing = expected
+        .iter()
+        .filter(|h| !by_host.contains_key(**h))
+        .map(|h| h.to_string())
+        .collect();
+    Ok(FleetDump {
+        replies: by_host.into_values().collect(),
+        missing,
+        waited: wait,
+        last_reply,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_are_key_value() {
+        assert_eq!(
+            parse_selector("role=db").unwrap(),
+            ("role".to_string(), "db".to_string())
+        );
+        assert_eq!(
+            parse_selector("zone=eu=1").unwrap(),
+            ("zone".to_string(), "eu=1".to_string())
+        );
+        assert_eq!(
+            parse_selector("role").unwrap_err(),
+            "\"role\" is not KEY=VALUE, e.g. role=db"
+        );
+        assert!(parse_selector("=db").is_err());
+        assert!(parse_selector("role=").is_err());
+    }
+
+    #[test]
+    fn the_request_has_only_what_was_asked() {
+        assert_eq!(request_json(None, &BTreeMap::new(), false), json!({}));
+        let select = BTreeMap::from([("role".to_string(), "db".to_string())]);
+        assert_eq!(
+            request_json(Some("x"), &select, true),
+            json!({"label": "x", "select": {"role": "db"}, "compress": true})
+        );
+    }
+
+    #[test]
+    fn the_target_follows_the_flag_then_the_config() {
+        let t = FleetTarget::new(None, None);
+        assert_eq!(t.servers, ["nats://127.0.0.1:4222"]);
+        assert_eq!(t.subject, "flightrec");
+        let cfg = flightrec_config::Config::from_toml(
+            "[fleet]\nnats = [\"nats://a:1\", \"nats://b:2\"]\nsubject = \"prod\"\n\
+             user = \"u\"\npassword_file = \"/p\"\n",
+            std::path::Path::new("/x.toml"),
+        )
+        .unwrap();
+        let fleet = cfg.fleet.as_ref().map(|f| f.get_ref());
+        let t = FleetTarget::new(None, fleet);
+        assert_eq!(t.servers, ["nats://a:1", "nats://b:2"]);
+        assert_eq!(t.subject, "prod");
+        assert_eq!(t.user, Some(("u".to_string(), PathBuf::from("/p"))));
+        let t = FleetTarget::new(Some("nats://c:3".into()), fleet);
+        assert_eq!(t.servers, ["nats://c:3"]);
+        assert_eq!(t.subject, "prod");
+    }
+
+    #[test]
+    fn hosts_that_failed_or_did_not_answer_are_shown_and_fail() {
+        let d = FleetDump {
+            replies: vec![
+                json!({"host": "host-a", "id": "i", "bytes": 2048, "path": "/s/i.perf.data"}),
+                json!({"host": "host-b", "error": "disk full"}),
+            ],
+            missing: vec!["host-c".into()],
+            waited: Duration::from_secs(2),
+            last_reply: Some(Duration::from_millis(40)),
+        };
+        assert_eq!(
+            d.render(false),
+            "host-a  i  2.0KiB  /s/i.perf.data\nhost-b  error: disk full\nhost-c  no reply \
+             within 2s\n2 hosts answered, the last after 40ms"
+        );
+        let v: Value = serde_json::from_str(&d.render(true)).unwrap();
+        assert_eq!(v["replies"][1]["error"], "disk full");
+        assert_eq!(v["missing"], json!(["host-c"]));
+        assert_eq!(
+            d.failure().unwrap(),
+            "1 hosts did not answer, 1 answered with an error"
+        );
+        let none = FleetDump {
+            replies: vec![],
+            missing: vec![],
+            waited: Duration::from_secs(1),
+            last_reply: None,
+        };
+        assert_eq!(none.failure().unwrap(), "no host answered within 1s");
+        let ok = FleetDump {
+            replies: vec![json!({"host": "a", "id": "i"})],
+            ..none
+        };
+        assert_eq!(ok.failure(), None);
+    }
+}

@@ -1,0 +1,389 @@
+//! The fleet: with `[fleet]` set, the daemon joins NATS and answers dump
+//! requests sent to every host (`<subject>.dump`) or to it alone
+//! (`<subject>.dump.<host>`).
+//!
+//! A matching request goes through [`State::request_dump`] with
+//! [`TriggerKind::Fleet`], so it is coalesced and rate-limited like every
+//! other trigger; the reply (to the message's reply subject) is the
+//! snapshot's metadata or the error. NATS is never in the way of local
+//! recording: the connection is made in the background, retried forever,
+//! and its state and last error are shown by `Status`.
+
+pub mod request;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_nats::{Client, ConnectOptions, Event as NatsEvent, Message};
+use flightrec_config::{FleetConfig, check_host, quoted};
+use tokio::sync::Semaphore;
+use tokio_stream::StreamExt;
+
+use crate::control::{self, State};
+use crate::store::{unix_ns, validate_label};
+use crate::triggers::{Outcome, TriggerKind};
+pub use request::{FleetReply, FleetRequest};
+
+/// Longest pause between two connection attempts.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Fleet requests that may wait for their snapshot at once; more are
+/// answered "busy" at once, so a flood of requests cannot pile up tasks
+/// (those waiting share one dump anyway).
+pub const MAX_WAITING_REQUESTS: usize = 16;
+
+/// The fleet connection as `Status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetReport {
+    /// "connecting", "connected", "disconnected" or "stopped" (a setting
+    /// the daemon cannot use: see `last_error`).
+    pub state: &'static str,
+    pub host: String,
+    pub servers: Vec<String>,
+    /// "" when nothing went wrong yet.
+    pub last_error: String,
+    pub last_error_unix_ns: i64,
+    /// Dump requests this host was selected by.
+    pub requests: u64,
+    /// Replies sent with a snapshot.
+    pub dumps: u64,
+}
+
+/// Shared between the connection task, its event callback and `Status`;
+/// None without `[fleet]`.
+#[derive(Debug, Default)]
+pub struct FleetStatus(Mutex<Option<FleetReport>>);
+
+impl FleetStatus {
+    pub fn report(&self) -> Option<FleetReport> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<FleetReport>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update(&self, f: impl FnOnce(&mut FleetReport)) {
+        if let Some(r) = self.lock().as_mut() {
+            f(r);
+        }
+    }
+
+    fn set_state(&self, state: &'static str) {
+        self.update(|r| r.state = state);
+    }
+
+    fn set_error(&self, error: String) {
+        tracing::warn!("fleet: {error}");
+        self.update(|r| {
+            r.last_error = error;
+            r.last_error_unix_ns = unix_ns(SystemTime::now());
+        });
+    }
+}
+
+/// The host name in the fleet: `fleet.host`, else the machine's.
+pub fn fleet_host(fleet: &FleetConfig) -> String {
+    fleet
+        .host
+        .as_ref()
+        .map_or_else(crate::control::config::host_name, |h| h.get_ref().clone())
+}
+
+/// Joins the fleet and serves its requests until shutdown. Never fails:
+/// what goes wrong is logged and shown by `Status`.
+pub async fn run(state: Arc<State>, fleet: FleetConfig) {
+    let host = fleet_host(&fleet);
+    let status = state.fleet.clone();
+    *status.lock() = Some(FleetReport {
+        state: "connecting",
+        host: host.clone(),
+        servers: fleet.servers().to_vec(),
+        ..FleetReport::default()
+    });
+    if let Err(why) = check_host(&host) {
+        status.set_state("stopped");
+        status.set_error(format!(
+            "{why}; set fleet.host to a valid name (the fleet is off, local recording goes on)"
+        ));
+        return;
+    }
+    let mut stop = state.shutdown_signal();
+    let client = loop {
+        match connect(&fleet, &host, &status).await {
+            Ok(client) => break client,
+            Err(e) => status.set_error(e),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(MAX_RETRY_DELAY) => {}
+            () = control::stopped(&mut stop) => return,
+        }
+    };
+    let prefix = fleet.subject.get_ref();
+    let labels = fleet.label_map();
+    let subjects = [format!("{prefix}.dump"), format!("{prefix}.dump.{host}")];
+    let mut requests = match subscribe(&client, &subjects).await {
+        Ok(s) => s,
+        Err(e) => {
+            status.set_state("stopped");
+            status.set_error(e);
+            return;
+        }
+    };
+    tracing::info!(
+        host = %host,
+        servers = %fleet.servers().join(","),
+        subjects = %subjects.join(", "),
+        "fleet: listening for dump requests"
+    );
+    let fleet_state = Arc::new(Served {
+        state: state.clone(),
+        client: client.clone(),
+        host,
+        labels,
+        waiting: Arc::new(Semaphore::new(MAX_WAITING_REQUESTS)),
+    });
+    loop {
+        tokio::select! {
+            message = requests.next() => match message {
+                Some(m) => {
+                    let served = fleet_state.clone();
+                    tokio::spawn(async move { served.answer(m).await });
+                }
+                None => break,
+            },
+            () = control::stopped(&mut stop) => break,
+        }
+    }
+    // Replies already published go out before the connection closes.
+    let _ = client.flush().await;
+}
+
+/// What answering a request needs.
+struct Served {
+    state: Arc<State>,
+    client: Client,
+    host: String,
+    labels: BTreeMap<String, String>,
+    /// One permit per request waiting for its dump.
+    waiting: Arc<Semaphore>,
+}
+
+impl Served {
+    async fn answer(&self, message: Message) {
+        let reply = match FleetRequest::parse(&message.payload) {
+            Err(e) => {
+                tracing::warn!(subject = %message.subject, "fleet: bad request: {e}");
+                Some(FleetReply::error(&self.host, e))
+            }
+            Ok(r) if !r.selects(&self.host, &self.labels) => None,
+            Ok(r) => Some(self.dump(r).await),
+        };
+        let (Some(reply), Some(to)) = (reply, message.reply) else {
+            return;
+        };
+        if let Err(e) = self.client.publish(to, reply.to_json().into()).await {
+            self.state
+                .fleet
+                .set_error(format!("cannot send a reply: {e}"));
+        } else {
+            let _ = self.client.flush().await;
+        }
+    }
+
+    async fn dump(&self, r: FleetRequest) -> FleetReply {
+        self.state.fleet.update(|s| s.requests += 1);
+        // Refused here, as the API does, so a bad label never fails a
+        // dump that other triggers share.
+        if let Some(Err(e)) = r.label.as_deref().map(validate_label) {
+            return FleetReply::error(&self.host, e.to_string());
+        }
+        let Ok(_waiting) = self.waiting.clone().try_acquire_owned() else {
+            return FleetReply::error(
+                &self.host,
+                format!(
+                    "busy: {MAX_WAITING_REQUESTS} fleet requests already wait for a snapshot \
+                     on this host; ask again once they are answered"
+                ),
+            );
+        };
+        tracing::info!(
+            label = r.label.as_deref().unwrap_or(""),
+            "fleet: dump requested"
+        );
+        match self
+            .state
+            .request_dump(TriggerKind::Fleet, r.label, r.compress)
+            .await
+        {
+            Ok(Outcome::Done {
+                result: Ok(done),
+                coalesced,
+            }) => {
+                self.state.fleet.update(|s| s.dumps += 1);
+                FleetReply::snapshot(&self.host, &done.snapshot, coalesced)
+            }
+            Ok(Outcome::Done { result: Err(f), .. }) => {
+                FleetReply::error(&self.host, f.to_string())
+            }
+            Ok(Outcome::ShuttingDown) | Err(_) => FleetReply::error(&self.host, "shutting down"),
+        }
+    }
+}
+
+/// Subscribes to every subject, merged into one stream.
+async fn subscribe(
+    client: &Client,
+    subjects: &[String; 2],
+) -> Result<impl tokio_stream::Stream<Item = Message> + Unpin, String> {
+    let mut subs = Vec::new();
+    for s in subjects {
+        subs.push(
+            client
+                .subscribe(s.clone())
+                .await
+                .map_err(|e| format!("cannot subscribe to {}: {e}", quoted(s)))?,
+        );
+    }
+    let [all, own]: [_; 2] = subs
+        .try_into()
+        .map_err(|_| "two subscriptions expected".to_string())?;
+    Ok(all.merge(own))
+}
+
+/// A client connecting in the background: it returns at once, retries
+/// forever and reports through `status`. Errors are the settings it could
+/// not read (a credentials file).
+async fn connect(
+    fleet: &FleetConfig,
+    host: &str,
+    status: &Arc<FleetStatus>,
+) -> Result<Client, String> {
+    let mut options = ConnectOptions::new()
+        .name(format!("flightrecd {host}"))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(Duration::from_secs(5))
+        .reconnect_delay_callback(|attempts| {
+            Duration::from_millis(250u64.saturating_mul(attempts as u64)).min(MAX_RETRY_DELAY)
+        });
+    if let Some(creds) = &fleet.creds {
+        options = options
+            .credentials_file(creds.get_ref())
+            .await
+            .map_err(|e| file_error("creds", creds.get_ref(), &e))?;
+    }
+    if let (Some(user), Some(file)) = (&fleet.user, &fleet.password_file) {
+        let password = tokio::fs::read_to_string(file.get_ref())
+            .await
+            .map_err(|e| file_error("password_file", file.get_ref(), &e))?;
+        // A trailing newline is the editor's, not the password's.
+        let password = password.trim_end_matches(['\n', '\r']).to_string();
+        options = options.user_and_password(user.get_ref().clone(), password);
+    }
+    if let Some(ca) = &fleet.tls_ca {
+        options = options
+            .add_root_certificates(ca.get_ref().clone())
+            .require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&fleet.tls_cert, &fleet.tls_key) {
+        options = options
+            .add_client_certificate(cert.get_ref().clone(), key.get_ref().clone())
+            .require_tls(true);
+    }
+    let servers = fleet.servers().join(", ");
+    let events = status.clone();
+    options = options.event_callback(move |event| {
+        let status = events.clone();
+        let servers = servers.clone();
+        async move { on_event(&status, &servers, event) }
+    });
+    let addrs = fleet
+        .servers()
+        .iter()
+        .map(|u| u.parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("fleet.nats: {e}"))?;
+    options
+        .connect(addrs)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", fleet.servers().join(", ")))
+}
+
+fn file_error(key: &str, path: &Path, e: &std::io::Error) -> String {
+    format!(
+        "cannot read fleet.{key} {}: {e} (retrying; local recording goes on)",
+        quoted(&path.display().to_string())
+    )
+}
+
+/// Connection events into the report.
+fn on_event(status: &FleetStatus, servers: &str, event: NatsEvent) {
+    match event {
+        NatsEvent::Connected => {
+            tracing::info!("fleet: connected to NATS ({servers})");
+            status.set_state("connected");
+        }
+        NatsEvent::Disconnected => {
+            status.set_state("disconnected");
+            status.set_error(format!("disconnected from {servers}; reconnecting"));
+        }
+        NatsEvent::ClientError(e) => {
+            status.set_error(describe_connect_error(servers, &e.to_string()))
+        }
+        NatsEvent::ServerError(e) => {
+            status.set_error(describe_connect_error(servers, &e.to_string()))
+        }
+        NatsEvent::Closed => status.set_state("disconnected"),
+        other => tracing::debug!("fleet: {other}"),
+    }
+}
+
+/// A connection error with what to check.
+pub fn describe_connect_error(servers: &str, error: &str) -> String {
+    let error = error.trim_start_matches("nats: ");
+    let hint = if error.contains("authorization violation") {
+        " (the server refused the credentials: check fleet.creds or fleet.user and \
+         fleet.password_file)"
+    } else if error.contains("IO error") || error.contains("timed out") {
+        " (is nats-server running and reachable?)"
+    } else {
+        ""
+    };
+    format!("cannot connect to {servers}: {error}{hint}; retrying, local recording goes on")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_errors_say_what_to_check() {
+        assert_eq!(
+            describe_connect_error("nats://127.0.0.1:4222", "nats: authorization violation"),
+            "cannot connect to nats://127.0.0.1:4222: authorization violation (the server \
+             refused the credentials: check fleet.creds or fleet.user and fleet.password_file); \
+             retrying, local recording goes on"
+        );
+        assert!(describe_connect_error("s", "nats: IO error").contains("is nats-server running"));
+    }
+
+    #[test]
+    fn the_report_follows_connection_events() {
+        let status = FleetStatus::default();
+        on_event(&status, "s", NatsEvent::Connected);
+        assert_eq!(status.report(), None, "no [fleet], no report");
+        *status.lock() = Some(FleetReport {
+            state: "connecting",
+            ..FleetReport::default()
+        });
+        on_event(&status, "s", NatsEvent::Connected);
+        assert_eq!(status.report().unwrap().state, "connected");
+        on_event(&status, "s", NatsEvent::Disconnected);
+        let r = status.report().unwrap();
+        assert_eq!(r.state, "disconnected");
+        assert_eq!(r.last_error, "disconnected from s; reconnecting");
+        assert!(r.last_error_unix_ns > 0);
+    }
+}

@@ -1,0 +1,448 @@
+//! End to end: the fleet over a real `nats-server`. Three daemons on their
+//! own configs (`host-a|b|c`, two with role=db): `snapctl fleet dump`
+//! reaches all three and each has the snapshot (trigger "fleet", its
+//! label) that `perf script` reads; `--select role=db` reaches only the
+//! two; `--expect` names a host that did not answer. A daemon whose
+//! password the server refuses says so in `snapctl status` and still
+//! dumps on SIGUSR2; one started before its server connects once it runs.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use flightrec_tests::{Daemon, NatsServer, bin_path, free_port, perf_script, require_root};
+use serde_json::Value;
+
+/// `[fleet]` for a test daemon; `extra` adds keys (credentials).
+fn fleet_section(url: &str, host: &str, labels: &str, extra: &str) -> String {
+    format!(
+        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
+         [fleet]\nnats = \"{url}\"\nhost = \"{host}\"\nlabels = {{ {labels} }}\nupload = false\n{extra}\n"
+    )
+}
+
+/// `snapctl --json fleet --nats URL ARGS...`: exit status and JSON.
+fn fleet(url: &str, args: &[&str]) -> (Output, Value) {
+    let out = std::process::Command::new(bin_path("snapctl"))
+        .args(["--json", "fleet", "--nats", url])
+        .args(args)
+        .output()
+        .expect("run snapctl fleet");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "snapctl fleet {args:?} printed no JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, v)
+}
+
+fn hosts(v: &Value) -> Vec<String> {
+    v["replies"]
+        .as_array()
+        .expect("replies")
+        .iter()
+        .map(|r| r["host"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// Waits until `status` shows the fleet in a state `done` accepts.
+fn wait_fleet(d: &Daemon, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let fleet = d.json(&["status"])["fleet"].clone();
+        if done(&fleet) {
+            return fleet;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fleet status not reached in {within:?}: {fleet}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn connected(d: &Daemon) {
+    wait_fleet(d, Duration::from_secs(20), |f| f["state"] == "connected");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
+    require_root("fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones");
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let daemons: Vec<(&str, Daemon)> = [
+        ("host-a", "role = \"db\", zone = \"1\""),
+        ("host-b", "role = \"db\", zone = \"2\""),
+        ("host-c", "role = \"web\", zone = \"1\""),
+    ]
+    .into_iter()
+    .map(|(host, labels)| (host, Daemon::start(&fleet_section(&url, host, labels, ""))))
+    .collect();
+    for (_, d) in &daemons {
+        connected(d);
+    }
+
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump",
+            "--label",
+            "fleet-all",
+            "--wait",
+            "30s",
+            "--expect",
+            "host-a,host-b,host-c",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{v}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hosts(&v), ["host-a", "host-b", "host-c"], "{v}");
+    assert_eq!(v["missing"], serde_json::json!([]));
+    for ((host, d), reply) in daemons.iter().zip(v["replies"].as_array().unwrap()) {
+        assert_eq!(reply["host"], *host);
+        assert_eq!(reply["trigger"], "fleet", "{reply}");
+        assert_eq!(reply["label"], "fleet-all", "{reply}");
+        assert_eq!(reply["compressed"], false);
+        let path = Path::new(reply["path"].as_str().expect("path"));
+        assert!(
+            path.starts_with(&d.output),
+            "{host}: {} not in {}",
+            path.display(),
+            d.output.display()
+        );
+        let bytes = std::fs::metadata(path).expect("snapshot on disk").len();
+        assert_eq!(reply["bytes"].as_u64(), Some(bytes), "{reply}");
+        // The daemon lists it with the same metadata, and perf reads it.
+        let listed = d.list();
+        let mine: Vec<&Value> = listed.iter().filter(|s| s["id"] == reply["id"]).collect();
+        assert_eq!(mine.len(), 1, "{host}: {listed:?}");
+        assert_eq!(mine[0]["trigger"], "fleet");
+        assert_eq!(mine[0]["label"], "fleet-all");
+        let script = perf_script(path, &[]);
+        assert!(
+            script.contains("sched_switch") || script.contains("cpu-clock"),
+            "{host}: {script:.500}"
+        );
+    }
+
+    // Only the two db hosts answer a selector on role=db: the wait runs
+    // out (no --expect) and host-c has neither replied nor dumped.
+    let started = Instant::now();
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump", "--label", "db-only", "--select", "role=db", "--wait", "3s",
+        ],
+    );
+    assert!(out.status.success(), "{v}");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert_eq!(hosts(&v), ["host-a", "host-b"], "{v}");
+    for (host, d) in &daemons {
+        let db_only = d.list().iter().filter(|s| s["label"] == "db-only").count();
+        assert_eq!(db_only, usize::from(*host != "host-c"), "{host}");
+        let status = d.json(&["status"]);
+        let expected = if *host == "host-c" { 1 } else { 2 };
+        assert_eq!(status["fleet"]["requests"], expected, "{host}: {status}");
+        assert_eq!(status["fleet"]["dumps"], expected, "{host}");
+    }
+
+    // Two selector pairs must both match; an expected host that does not
+    // answer is listed as missing, and the exit status is 1.
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump",
+            "--select",
+            "role=db",
+            "--select",
+            "zone=2",
+            "--wait",
+            "3s",
+            "--expect",
+            "host-a,host-b",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(hosts(&v), ["host-b"], "{v}");
+    assert_eq!(v["missing"], serde_json::json!(["host-a"]));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 hosts did not answer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // One host by its own subject: only it answers and dumps.
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump", "--host", "host-c", "--label", "c-only", "--wait", "2s",
+        ],
+    );
+    assert!(out.status.success(), "{v}");
+    assert_eq!(hosts(&v), ["host-c"], "{v}");
+    assert_eq!(v["replies"][0]["label"], "c-only");
+    for (host, d) in &daemons {
+        let c_only = d.list().iter().filter(|s| s["label"] == "c-only").count();
+        assert_eq!(c_only, usize::from(*host == "host-c"), "{host}");
+    }
+
+    // A label no snapshot may carry: every host answers why, nothing is
+    // written, exit status 1.
+    let before: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump",
+            "--label",
+            "../etc",
+            "--wait",
+            "20s",
+            "--expect",
+            "host-a,host-b,host-c",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(hosts(&v), ["host-a", "host-b", "host-c"], "{v}");
+    for r in v["replies"].as_array().unwrap() {
+        assert_eq!(
+            r["error"], "invalid label \"../etc\": it starts with a dot",
+            "{r}"
+        );
+    }
+    let after: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn wrong_credentials_show_in_status_and_the_daemon_still_dumps_on_sigusr2() {
+    require_root("wrong_credentials_show_in_status_and_the_daemon_still_dumps_on_sigusr2");
+    let nats = NatsServer::start_with_user("flightrec", "right-password");
+    let url = nats.url();
+    let secrets = tempfile::tempdir().expect("tempdir");
+    let right = secrets.path().join("right");
+    let wrong = secrets.path().join("wrong");
+    std::fs::write(&right, "right-password\n").unwrap();
+    std::fs::write(&wrong, "wrong-password\n").unwrap();
+    let creds = |file: &Path| {
+        format!(
+            "user = \"flightrec\"\npassword_file = \"{}\"\n",
+            file.display()
+        )
+    };
+    let good = Daemon::start(&fleet_section(
+        &url,
+        "host-good",
+        "role = \"db\"",
+        &creds(&right),
+    ));
+    let bad = Daemon::start(&fleet_section(
+        &url,
+        "host-bad",
+        "role = \"db\"",
+        &creds(&wrong),
+    ));
+
+    // The password is really used: the right one connects.
+    connected(&good);
+    let fleet_status = wait_fleet(&bad, Duration::from_secs(20), |f| {
+        f["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("authorization violation"))
+    });
+    assert_ne!(fleet_status["state"], "connected", "{fleet_status}");
+    let human = String::from_utf8_lossy(&bad.snapctl(&["status"]).stdout).into_owned();
+    assert!(
+        human.contains(&format!(
+            "cannot connect to {url}: authorization violation (the server refused the \
+             credentials: check fleet.creds or fleet.user and fleet.password_file)"
+        )),
+        "{human}"
+    );
+    assert!(
+        human.contains("fleet: connecting as host-bad")
+            || human.contains("fleet: disconnected as host-bad"),
+        "{human}"
+    );
+
+    // It records and dumps locally all the same.
+    bad.signal("USR2");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snapshot = loop {
+        if let Some(s) = bad.list().into_iter().find(|s| s["trigger"] == "signal") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no SIGUSR2 snapshot:\n{}",
+            bad.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let script = perf_script(Path::new(snapshot["path"].as_str().unwrap()), &[]);
+    assert!(!script.is_empty());
+
+    // The fleet reaches the daemon with the right password only.
+    let out = std::process::Command::new(bin_path("snapctl"))
+        .args(["--json", "fleet", "--nats", &url, "dump", "--wait", "1s"])
+        .output()
+        .unwrap();
+    // snapctl itself has no credentials here: the server refuses it.
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err: Value = serde_json::from_slice(&out.stderr).expect("JSON error");
+    assert_eq!(
+        err["error"],
+        format!(
+            "NATS at {url}: authorization violation (the server refused the credentials: \
+             --creds, --user with --password-file, or those of [fleet] in the config)"
+        )
+    );
+    let right = right.to_str().unwrap();
+    let (out, v) = fleet(
+        &url,
+        &[
+            "--user",
+            "flightrec",
+            "--password-file",
+            right,
+            "dump",
+            "--wait",
+            "3s",
+        ],
+    );
+    assert!(out.status.success(), "{v}");
+    assert_eq!(hosts(&v), ["host-good"], "{v}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_daemon_started_before_its_server_joins_when_the_server_comes() {
+    require_root("a_daemon_started_before_its_server_joins_when_the_server_comes");
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let d = Daemon::start(&fleet_section(&url, "host-early", "role = \"db\"", ""));
+    let f = wait_fleet(&d, Duration::from_secs(20), |f| {
+        f["last_error"].as_str().is_some_and(|e| !e.is_empty())
+    });
+    assert_eq!(f["state"], "connecting", "{f}");
+    assert!(
+        f["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("is nats-server running and reachable?"),
+        "{f}"
+    );
+    // Local dumps do not wait for NATS.
+    let out = d.snapctl(&["dump", "--label", "alone"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let _nats = NatsServer::start_on(port, None);
+    connected(&d);
+    let (out, v) = fleet(
+        &url,
+        &[
+            "dump",
+            "--label",
+            "late",
+            "--wait",
+            "20s",
+            "--expect",
+            "host-early",
+        ],
+    );
+    assert!(out.status.success(), "{v}");
+    assert_eq!(v["replies"][0]["label"], "late", "{v}");
+
+    // A changed [fleet] is reported by a reload and waits for a restart:
+    // the running host name still answers.
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(&d.config, text.replace("host-early", "host-renamed")).unwrap();
+    let r = d.json(&["reload"]);
+    assert!(
+        r["summary"]
+            .as_str()
+            .unwrap()
+            .contains("fleet (at next restart)"),
+        "{r}"
+    );
+    let (out, v) = fleet(&url, &["dump", "--wait", "20s", "--expect", "host-early"]);
+    assert!(out.status.success(), "{v}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn requests_beyond_the_waiting_limit_are_answered_busy() {
+    require_root("requests_beyond_the_waiting_limit_are_answered_busy");
+    let nats = NatsServer::start();
+    let url = nats.url();
+    // The dump waits 8s after its first trigger: every request sent
+    // meanwhile waits for it.
+    let config = fleet_section(&url, "host-busy", "role = \"db\"", "")
+        .replace("[snapshot]\n", "[snapshot]\npost_trigger_delay = \"8s\"\n");
+    let d = Daemon::start(&config);
+    connected(&d);
+    let clients: Vec<std::process::Child> = (0..20)
+        .map(|_| {
+            std::process::Command::new(bin_path("snapctl"))
+                .args([
+                    "--json",
+                    "fleet",
+                    "--nats",
+                    &url,
+                    "dump",
+                    "--host",
+                    "host-busy",
+                ])
+                .args(["--wait", "30s"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn snapctl")
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut busy = 0;
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let reply = &v["replies"][0];
+        match reply["error"].as_str() {
+            Some(e) => {
+                assert_eq!(
+                    e,
+                    "busy: 16 fleet requests already wait for a snapshot on this host; ask again \
+                     once they are answered"
+                );
+                assert_eq!(out.status.code(), Some(1));
+                busy += 1;
+            }
+            None => {
+                assert!(out.status.success(), "{v}");
+                assert_eq!(reply["coalesced"], true, "{reply}");
+                ids.insert(reply["id"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    // Sixteen waited and shared one snapshot; four were turned away.
+    assert_eq!(busy, 4);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(d.list().len(), 1);
+    assert_eq!(d.json(&["status"])["fleet"]["dumps"], 16);
+}
