@@ -184,8 +184,15 @@ impl Daemon {
     /// As [`Daemon::start`], run through `wrapper` (see [`Daemon::wrapper`]).
     pub fn start_wrapped(extra: &str, wrapper: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
+        let text = test_config(dir.path(), extra);
+        Self::start_in(dir, &text, wrapper)
+    }
+
+    /// Starts the daemon in `dir` on the config `text` (made with
+    /// [`test_config`] for that dir, edited as a test needs).
+    pub fn start_in(dir: tempfile::TempDir, text: &str, wrapper: &[&str]) -> Self {
         let config = dir.path().join("flightrec.toml");
-        std::fs::write(&config, test_config(dir.path(), extra)).expect("write config");
+        std::fs::write(&config, text).expect("write config");
         let mut d = Daemon {
             socket: dir.path().join("run/flightrecd.sock"),
             output: dir.path().join("snapshots"),

@@ -90,19 +90,7 @@ fn daemon_with(edit: impl Fn(&str) -> String) -> Daemon {
     );
     let edited = edit(&text);
     assert_ne!(text, edited, "the edit changes the test config");
-    let config = dir.path().join("flightrec.toml");
-    std::fs::write(&config, edited).expect("write config");
-    let mut d = Daemon {
-        socket: dir.path().join("run/flightrecd.sock"),
-        output: dir.path().join("snapshots"),
-        log: dir.path().join("flightrecd.log"),
-        config,
-        dir,
-        child: None,
-        wrapper: Vec::new(),
-    };
-    d.spawn();
-    d
+    Daemon::start_in(dir, &edited, &[])
 }
 
 /// Dumps in a row under load. With the rings paused for the copy (the
