@@ -376,6 +376,15 @@ pub fn flightrecd_to_end(flag: &str, config: &Path) -> std::process::Output {
     child.wait_with_output().expect("wait")
 }
 
+/// The id of a snapshot file: its name without `.perf.data`.
+pub fn snapshot_id(path: &Path) -> String {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .expect("a snapshot file name")
+        .trim_end_matches(".perf.data")
+        .to_string()
+}
+
 /// `perf script -i PATH ARGS...`: stdout, asserting perf succeeded.
 pub fn perf_script(path: &Path, args: &[&str]) -> String {
     let out = Command::new("perf")

@@ -398,13 +398,7 @@ fn a_socket_group_member_can_read_the_snapshots_it_dumps() {
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o640
     );
-    let id = Path::new(&path)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".perf.data")
-        .to_string();
+    let id = flightrec_tests::snapshot_id(Path::new(&path));
     let sidecar = d.output.join(format!(".{id}.meta"));
     assert_eq!(std::fs::metadata(&sidecar).unwrap().gid(), gid);
     // A compressed snapshot is a new file: it is the group's too.

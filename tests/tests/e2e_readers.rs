@@ -296,13 +296,7 @@ fn archive_resolves_the_functions_of_a_deleted_program() {
             exe.display()
         );
     };
-    let id = path
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".perf.data")
-        .to_string();
+    let id = flightrec_tests::snapshot_id(&path);
     let tarball = work.path().join("out.tar");
     let out = d.snapctl(&["--json", "archive", &id, "-o", tarball.to_str().unwrap()]);
     assert!(

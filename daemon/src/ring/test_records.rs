@@ -19,13 +19,8 @@ pub fn record(type_: u32, size: u16, fill: u8) -> Vec<u8> {
 /// A record whose payload is `words`, little-endian.
 pub fn with_words(type_: u32, words: &[u64]) -> Vec<u8> {
     let size = u16::try_from(HEADER_SIZE + 8 * words.len()).expect("a record under 64 KiB");
-    let mut r = RecordHeader {
-        type_,
-        misc: 0,
-        size,
-    }
-    .to_bytes()
-    .to_vec();
+    let mut r = record(type_, size, 0);
+    r.truncate(HEADER_SIZE);
     for w in words {
         r.extend_from_slice(&w.to_le_bytes());
     }
