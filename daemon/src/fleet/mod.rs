@@ -9,6 +9,7 @@
 //! recording: the connection is made in the background, retried forever,
 //! and its state and last error are shown by `Status`.
 
+pub mod object;
 pub mod request;
 
 use std::collections::BTreeMap;
