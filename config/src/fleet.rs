@@ -102,9 +102,13 @@ pub struct FleetConfig {
     /// What describes this host (role, zone...), matched by `--select`.
     #[serde(default)]
     pub labels: BTreeMap<String, Spanned<String>>,
-    /// Ship every snapshot to the bucket (not built yet).
+    /// Ship every snapshot to the bucket (and to `s3` when set).
     #[serde(default = "default_upload")]
     pub upload: bool,
+    /// Copies JetStream keeps of the bucket when the daemon creates it
+    /// (1 to 5; 3 on a three-node cluster survives a node lost).
+    #[serde(default = "default_replicas")]
+    pub replicas: Spanned<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<Spanned<S3Config>>,
 }
@@ -119,6 +123,13 @@ fn default_bucket() -> Spanned<String> {
 
 fn default_upload() -> bool {
     true
+}
+
+/// Most replicas JetStream allows for a stream.
+pub const MAX_REPLICAS: u8 = 5;
+
+fn default_replicas() -> Spanned<u8> {
+    Spanned::new(0..0, 1)
 }
 
 impl FleetConfig {
@@ -240,6 +251,16 @@ impl FleetConfig {
             check_label_key(key)
                 .and_then(|()| check_label_value(value.get_ref()))
                 .map_err(|why| (value.span(), format!("fleet.labels: {why}")))?;
+        }
+        let replicas = &self.replicas;
+        if !(1..=MAX_REPLICAS).contains(replicas.get_ref()) {
+            return Err((
+                replicas.span(),
+                format!(
+                    "fleet.replicas = {} is out of range: JetStream keeps 1 to {MAX_REPLICAS} copies",
+                    replicas.get_ref()
+                ),
+            ));
         }
         if let Some(s3) = &self.s3 {
             s3.get_ref().validate()?;
@@ -586,6 +607,24 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             1,
             1,
             "tls_cert needs tls_key",
+        );
+    }
+
+    #[test]
+    fn replicas_are_1_to_5() {
+        let cfg = parse("[fleet]\nnats = \"nats://x\"\nreplicas = 3\n").unwrap();
+        assert_eq!(*cfg.fleet.unwrap().get_ref().replicas.get_ref(), 3);
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\nreplicas = 0\n",
+            3,
+            12,
+            "fleet.replicas = 0 is out of range: JetStream keeps 1 to 5 copies",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\nreplicas = 6\n",
+            3,
+            12,
+            "out of range",
         );
     }
 

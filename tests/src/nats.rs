@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub struct NatsServer {
     pub port: u16,
+    /// HTTP monitoring (`/jsz`, `/varz`).
+    pub monitor_port: u16,
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
     child: Option<Child>,
@@ -34,6 +36,7 @@ impl NatsServer {
         let log = dir.path().join("nats-server.log");
         let mut server = NatsServer {
             port,
+            monitor_port: free_port(),
             log,
             dir,
             child: None,
@@ -51,6 +54,8 @@ impl NatsServer {
             "127.0.0.1",
             "-p",
             &self.port.to_string(),
+            "-m",
+            &self.monitor_port.to_string(),
             "-js",
             "-sd",
         ])
@@ -100,6 +105,48 @@ impl NatsServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Starts it again after [`kill`](Self::kill), on the same port and
+    /// JetStream store.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "nats-server is still running");
+        self.spawn();
+    }
+
+    /// SIGSTOP: the server holds its connections but answers nothing.
+    pub fn pause(&self) {
+        self.send(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.send(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn send(&self, signal: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().expect("nats-server is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal nats-server");
+    }
+
+    /// The state of JetStream stream `stream` from the monitoring port:
+    /// `{"messages", "bytes", "first_seq", "last_seq", ...}`; None when the
+    /// stream does not exist.
+    pub fn stream_state(&self, stream: &str) -> Option<serde_json::Value> {
+        let body = http_get(
+            self.monitor_port,
+            "/jsz?accounts=true&streams=true&config=false",
+        );
+        let jsz: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/jsz is not JSON ({e}): {body:.300}"));
+        jsz["account_details"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a["stream_detail"].as_array())
+            .flatten()
+            .find(|s| s["name"] == stream)
+            .map(|s| s["state"].clone())
+    }
+
     /// SIGKILL and wait.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -121,4 +168,25 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind a loopback port")
+}
+
+/// The body of `GET path` on a loopback HTTP port.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the monitor port");
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send a request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.") && head.contains(" 200 ") => {
+            body.to_string()
+        }
+        _ => panic!("GET {path}: {response:.300}"),
+    }
 }
