@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 
 mod nats;
 mod python;
-pub use nats::{NatsServer, free_port};
+pub use nats::{NatsCluster, NatsServer, free_port};
 pub use python::{GRPC_PYTHON, PythonClient};
 
 /// A python3 script for the hostile-tracking test and benchmark: maps

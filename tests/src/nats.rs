@@ -17,6 +17,8 @@ pub struct NatsServer {
     child: Option<Child>,
     /// `--user` and `--pass`, when the server requires them.
     credentials: Option<(String, String)>,
+    /// More arguments (a cluster's name, routes...).
+    extra: Vec<String>,
 }
 
 impl NatsServer {
@@ -32,6 +34,10 @@ impl NatsServer {
 
     /// Starts one on `port` (e.g. where daemons already try to connect).
     pub fn start_on(port: u16, credentials: Option<(String, String)>) -> Self {
+        Self::start_with(port, credentials, Vec::new())
+    }
+
+    fn start_with(port: u16, credentials: Option<(String, String)>, extra: Vec<String>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("nats-server.log");
         let mut server = NatsServer {
@@ -41,6 +47,7 @@ impl NatsServer {
             dir,
             child: None,
             credentials,
+            extra,
         };
         server.spawn();
         server
@@ -63,6 +70,7 @@ impl NatsServer {
         if let Some((user, pass)) = &self.credentials {
             cmd.args(["--user", user, "--pass", pass]);
         }
+        cmd.args(&self.extra);
         let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
@@ -168,6 +176,75 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind a loopback port")
+}
+
+/// Three (or `n`) nats-servers with JetStream routed into one cluster on
+/// loopback ports.
+pub struct NatsCluster {
+    pub nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    pub fn start(n: usize) -> Self {
+        let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes: Vec<NatsServer> = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, cport)| {
+                let args = vec![
+                    "--server_name".to_string(),
+                    format!("n{}", i + 1),
+                    "--cluster_name".into(),
+                    "flightrec-test".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{cport}"),
+                    "--routes".into(),
+                    routes.clone(),
+                ];
+                NatsServer::start_with(free_port(), None, args)
+            })
+            .collect();
+        let cluster = NatsCluster { nodes };
+        cluster.wait_for_meta_leader();
+        cluster
+    }
+
+    /// Every node's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(NatsServer::url).collect()
+    }
+
+    /// JetStream in a cluster takes requests once its nodes elected a
+    /// meta leader.
+    fn wait_for_meta_leader(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let leader = self.nodes.iter().find_map(|n| {
+                let body = http_get(n.monitor_port, "/jsz");
+                let jsz: serde_json::Value = serde_json::from_str(&body).ok()?;
+                let leader = jsz["meta_cluster"]["leader"].as_str()?.to_string();
+                (!leader.is_empty()).then_some(leader)
+            });
+            if leader.is_some() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the JetStream cluster elected no leader in 30s:\n{}",
+                self.nodes
+                    .iter()
+                    .map(NatsServer::log_text)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// The body of `GET path` on a loopback HTTP port.

@@ -12,16 +12,23 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, NatsServer, Watcher, bin_path, perf_script, require_root};
+use flightrec_tests::{
+    Daemon, NatsCluster, NatsServer, Watcher, bin_path, perf_script, require_root,
+};
 use serde_json::Value;
 
 /// The daemon's chunk size in the object store (fleet/jetstream.rs).
 const CHUNK_BYTES: u64 = 512 * 1024;
 
 fn fleet_section(url: &str, host: &str, labels: &str, extra: &str) -> String {
+    fleet_toml(&format!("\"{url}\""), host, labels, extra)
+}
+
+/// As [`fleet_section`], `nats` given as TOML (a list of URLs).
+fn fleet_toml(nats: &str, host: &str, labels: &str, extra: &str) -> String {
     format!(
         "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
-         [fleet]\nnats = \"{url}\"\nhost = \"{host}\"\nlabels = {{ {labels} }}\n{extra}\n"
+         [fleet]\nnats = {nats}\nhost = \"{host}\"\nlabels = {{ {labels} }}\n{extra}\n"
     )
 }
 
@@ -373,4 +380,72 @@ fn the_byte_budget_removes_a_waiting_snapshot_and_says_so() {
         log.contains("snapshot removed before its upload"),
         "{log:.2000}"
     );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_cluster_node_killed_during_a_fleet_dump_loses_nothing() {
+    require_root("a_cluster_node_killed_during_a_fleet_dump_loses_nothing");
+    let mut cluster = NatsCluster::start(3);
+    let urls = cluster.urls();
+    let nats_list = urls
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // 8 MiB rings: each upload is tens of chunks, each acked by a quorum of
+    // the three replicas, so the kill below finds uploads under way.
+    let daemons: Vec<(&str, Daemon)> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|host| {
+            let dir = tempfile::tempdir().unwrap();
+            let text = flightrec_tests::test_config(
+                dir.path(),
+                &fleet_toml(
+                    &format!("[{nats_list}]"),
+                    host,
+                    "zone = \"1\"",
+                    "replicas = 3",
+                ),
+            )
+            .replace("per_cpu = \"256KiB\"", "per_cpu = \"8MiB\"");
+            (host, Daemon::start_in(dir, &text, &[]))
+        })
+        .collect();
+    for (_, d) in &daemons {
+        connected(d);
+    }
+    // The request goes through node 3; node 1 dies once every daemon has
+    // dumped, while the uploads and replies are under way.
+    let dump = std::process::Command::new(bin_path("snapctl"))
+        .args(["--json", "fleet", "--nats", &urls[2]])
+        .args(["dump", "--label", "cluster", "--wait", "30s"])
+        .args(["--expect", "host-a,host-b,host-c"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn snapctl fleet dump");
+    for (_, d) in &daemons {
+        wait_listed(d, 1);
+    }
+    cluster.nodes[0].kill();
+    let out = dump.wait_with_output().expect("snapctl fleet dump");
+    let replies: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    for (host, d) in &daemons {
+        let local = d.list();
+        assert_eq!(local.len(), 1, "{host}: {local:?}");
+        assert_eq!(local[0]["trigger"], "fleet", "{host}");
+        uploaded(d, 1, Duration::from_secs(90));
+    }
+    let objects = bucket(&urls[1]);
+    assert_eq!(objects.len(), 3, "{objects:?}\nreplies: {replies}");
+    for (host, d) in &daemons {
+        find_in(&objects, host, &d.list()[0]);
+    }
+    // Three copies were asked for and two nodes are left: the stream
+    // reports its replicas (the survivors hold it).
+    let state = cluster.nodes[1]
+        .stream_state("OBJ_flightrec")
+        .or_else(|| cluster.nodes[2].stream_state("OBJ_flightrec"))
+        .expect("a surviving node holds the bucket");
+    assert!(state["messages"].as_u64() > Some(3), "{state}");
 }
