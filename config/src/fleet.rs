@@ -53,8 +53,9 @@ impl<'de> Deserialize<'de> for NatsServers {
     }
 }
 
-/// `s3 = { url, endpoint, region }`: a second destination of uploads
-/// (parsed and checked; uploads are not built yet).
+/// `s3 = { url, endpoint, region, credentials_file }`: a second
+/// destination of uploads. A snapshot goes to `<prefix>/<host>/<id>.perf.data`
+/// in the bucket, its description as `x-amz-meta-*` metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
@@ -65,6 +66,11 @@ pub struct S3Config {
     pub endpoint: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<Spanned<String>>,
+    /// `AWS_ACCESS_KEY_ID=...`, `AWS_SECRET_ACCESS_KEY=...` and optionally
+    /// `AWS_SESSION_TOKEN=...` lines (as systemd's EnvironmentFile); default:
+    /// those variables in the daemon's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<Spanned<PathBuf>>,
 }
 
 /// `[fleet]`
@@ -292,6 +298,20 @@ impl S3Config {
                 ));
             }
         }
+        if let Some(file) = &self.credentials_file {
+            let path = file.get_ref();
+            check_path(path)
+                .map_err(|why| (file.span(), format!("fleet.s3.credentials_file {why}")))?;
+            if !path.is_absolute() {
+                return Err((
+                    file.span(),
+                    format!(
+                        "fleet.s3.credentials_file {} must be an absolute path",
+                        quoted(&path.display().to_string())
+                    ),
+                ));
+            }
+        }
         if let Some(region) = &self.region {
             let r = region.get_ref();
             let ok = !r.is_empty()
@@ -451,7 +471,7 @@ tls_ca = "/etc/flightrec/ca.pem"
 tls_cert = "/etc/flightrec/client.pem"
 tls_key = "/etc/flightrec/client.key"
 labels = { role = "db", zone = "eu-1a" }
-s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1" }
+s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1", credentials_file = "/etc/flightrec/s3.env" }
 "#,
         )
         .unwrap();
@@ -473,6 +493,10 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
         );
         let s3 = fleet.s3.as_ref().unwrap().get_ref();
         assert_eq!(s3.url.get_ref(), "s3://snapshots/flightrec");
+        assert_eq!(
+            s3.credentials_file.as_ref().unwrap().get_ref(),
+            std::path::Path::new("/etc/flightrec/s3.env")
+        );
         // Printed back, it reads the same.
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg, "{}", cfg.to_toml());
     }
@@ -614,6 +638,18 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             3,
             26,
             "unknown field `key`",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"s3.env\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file \"s3.env\" must be an absolute path",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file is empty",
         );
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod object;
 pub mod request;
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::path::Path;
