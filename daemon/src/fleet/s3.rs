@@ -54,7 +54,10 @@ impl fmt::Debug for S3Credentials {
         f.debug_struct("S3Credentials")
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &"<hidden>")
-            .field("session_token", &self.session_token.as_ref().map(|_| "<hidden>"))
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<hidden>"),
+            )
             .finish()
     }
 }
@@ -62,10 +65,7 @@ impl fmt::Debug for S3Credentials {
 impl S3Credentials {
     /// From variables looked up by `get` (the environment); `source` says
     /// where they were looked for, for errors.
-    pub fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-        source: &str,
-    ) -> Result<Self, String> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>, source: &str) -> Result<Self, String> {
         let get = |name: &str| get(name).filter(|v| !v.is_empty());
         match (get(ACCESS_KEY_ID), get(SECRET_ACCESS_KEY)) {
             (Some(access_key_id), Some(secret_access_key)) => Ok(Self {
@@ -132,7 +132,10 @@ impl S3Credentials {
             };
             vars.insert(key.to_string(), value.to_string());
         }
-        Self::from_lookup(|n| vars.get(n).cloned(), &format!("fleet.s3.credentials_file {name}"))
+        Self::from_lookup(
+            |n| vars.get(n).cloned(),
+            &format!("fleet.s3.credentials_file {name}"),
+        )
     }
 
     /// From `path`, read now.
@@ -253,7 +256,11 @@ impl S3Destination {
             // A part or a small file is at most PART_SIZE: 120 s allows
             // links down to about 70 kB/s.
             .with_timeout(Duration::from_secs(120))
-            .with_allow_http(endpoint.as_deref().is_some_and(|e| e.starts_with("http://")));
+            .with_allow_http(
+                endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://")),
+            );
         // The upload queue retries with its own backoff: a few quick retries
         // here ride out a blip without holding the queue for minutes.
         let retry = RetryConfig {
@@ -409,9 +416,7 @@ fn cause(e: &object_store::Error, writing: bool) -> String {
         | object_store::Error::Unauthenticated { .. } => {
             format!("{} (check the S3 credentials)", with_code("access denied"))
         }
-        object_store::Error::NotFound { .. } if writing => {
-            with_code("the bucket does not exist")
-        }
+        object_store::Error::NotFound { .. } if writing => with_code("the bucket does not exist"),
         _ => match http_error_kind(e) {
             Some(HttpErrorKind::Connect) => {
                 "cannot connect (is the S3 server running and reachable?)".to_string()
@@ -524,7 +529,8 @@ mod tests {
             digest: String::new(),
         };
         assert_eq!(d.key(&headers), "fleet/host-a/ID.perf.data");
-        let aws = S3Destination::with_credentials(&config("s3://bkt", None), credentials()).unwrap();
+        let aws =
+            S3Destination::with_credentials(&config("s3://bkt", None), credentials()).unwrap();
         assert_eq!(aws.describe(), "s3://bkt (AWS, region us-east-1)");
         assert_eq!(aws.key(&headers), "host-a/ID.perf.data");
     }
@@ -596,7 +602,14 @@ mod tests {
 
     #[test]
     fn metadata_values_survive_http_headers() {
-        for value in ["signal", "", "role=db,zone=a", "zürich", " edge ", "=?not?="] {
+        for value in [
+            "signal",
+            "",
+            "role=db,zone=a",
+            "zürich",
+            " edge ",
+            "=?not?=",
+        ] {
             let encoded = encode_metadata_value(value);
             assert!(
                 encoded.bytes().all(|b| (0x20..0x7f).contains(&b)),
@@ -615,6 +628,29 @@ mod tests {
             Some("SignatureDoesNotMatch")
         );
         assert_eq!(s3_error_code("no body"), None);
+        let error = |body: &str| -> Box<dyn std::error::Error + Send + Sync> { body.into() };
+        let denied = object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: error("403 Forbidden: <Error><Code>AccessDenied</Code></Error>"),
+        };
+        assert_eq!(
+            cause(&denied, true),
+            "access denied (AccessDenied) (check the S3 credentials)"
+        );
+        let missing = || object_store::Error::NotFound {
+            path: "k".into(),
+            source: error("404 Not Found: <Error><Code>NoSuchBucket</Code>\n</Error>"),
+        };
+        // S3 says so on PUT (s3s-fs creates the bucket instead).
+        assert_eq!(
+            cause(&missing(), true),
+            "the bucket does not exist (NoSuchBucket)"
+        );
+        assert_eq!(
+            cause(&missing(), false),
+            "Object at location k not found: 404 Not Found: <Error><Code>NoSuchBucket</Code> \
+             </Error>"
+        );
         assert_eq!(one_line("a\n  b\tc "), "a b c");
     }
 }
