@@ -249,13 +249,13 @@ async fn a_second_upload_of_the_same_snapshot_does_nothing() {
     // with other bytes in the file now.
     write_file(&file, size, 3);
     assert_eq!(destination.upload(&file, &headers).await, Ok(false));
-    assert_eq!(keys_under(&store, "fleet/host-a").await, [key.clone()]);
+    assert_eq!(keys_under(&store, "fleet/host-a").await, [key.as_str()]);
     assert_same_bytes(&store, &key, &uploaded).await;
 
     // Another size (an object that is not this snapshot) is replaced.
     write_file(&file, size + 1, 4);
     assert_eq!(destination.upload(&file, &headers).await, Ok(true));
-    assert_eq!(keys_under(&store, "fleet/host-a").await, [key.clone()]);
+    assert_eq!(keys_under(&store, "fleet/host-a").await, [key.as_str()]);
     assert_same_bytes(&store, &key, &file).await;
 }
 
