@@ -80,7 +80,7 @@ fn headers(id: &str, bytes: u64) -> ObjectHeaders {
     ObjectHeaders {
         host: "host-a".into(),
         id: id.into(),
-        label: "incident 42".into(),
+        label: "incident-42".into(),
         trigger: "fleet+signal".into(),
         bytes,
         compressed: false,
@@ -257,6 +257,30 @@ async fn a_second_upload_of_the_same_snapshot_does_nothing() {
     assert_eq!(destination.upload(&file, &headers).await, Ok(true));
     assert_eq!(keys_under(&store, "fleet/host-a").await, [key.as_str()]);
     assert_same_bytes(&store, &key, &file).await;
+
+    // Same size, both digests known: they decide.
+    let with_digest = |digest: &str| ObjectHeaders {
+        id: "box-digest".into(),
+        digest: digest.into(),
+        ..headers.clone()
+    };
+    let a = with_digest("SHA-256=AAAA");
+    let b = with_digest("SHA-256=BBBB");
+    let key = destination.key(&a);
+    write_file(&file, size, 5);
+    assert_eq!(destination.upload(&file, &a).await, Ok(true));
+    std::fs::copy(&file, &uploaded).unwrap();
+    write_file(&file, size, 6);
+    assert_eq!(destination.upload(&file, &a).await, Ok(false));
+    assert_same_bytes(&store, &key, &uploaded).await;
+    assert_eq!(
+        destination.upload(&file, &b).await,
+        Ok(true),
+        "another digest is another snapshot"
+    );
+    assert_same_bytes(&store, &key, &file).await;
+    assert_eq!(destination.upload(&file, &b).await, Ok(false));
+    assert_eq!(keys_under(&store, "fleet/host-a").await.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,9 +321,9 @@ async fn wrong_credentials_give_a_clear_error_and_upload_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_or_a_missing_file_is_named() {
+async fn what_cannot_be_uploaded_is_named() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let Some(server) = S3Server::start("an_unreachable_server_or_a_missing_file_is_named") else {
+    let Some(server) = S3Server::start("what_cannot_be_uploaded_is_named") else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
@@ -336,6 +360,30 @@ async fn an_unreachable_server_or_a_missing_file_is_named() {
         )),
         "{e}"
     );
+
+    // Labels S3 would refuse as metadata (2 KB at most) fail before any
+    // request, with what to shorten.
+    let labels: BTreeMap<String, String> = (0..20)
+        .map(|i| (format!("label-{i:02}"), "v".repeat(100)))
+        .collect();
+    let crowded = ObjectHeaders {
+        labels,
+        ..headers.clone()
+    };
+    let e = ok.upload(&file, &crowded).await.unwrap_err();
+    assert!(
+        e.starts_with(&format!(
+            "cannot upload s3://{}/fleet/host-a/box-3.perf.data to {}: its metadata would be ",
+            server.bucket, server.endpoint
+        )) && e.ends_with(
+            " bytes, S3 takes at most 2048 (fleet.labels are 2199 of them: shorten them)"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        keys_under(&reader(&server), "fleet/host-a").await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,11 +407,15 @@ async fn a_big_snapshot_uploads_in_parts_with_bounded_memory() {
     // set before it ("5" resets VmHWM to the current RSS).
     std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
     let before = memory("VmRSS:");
+    let started = std::time::Instant::now();
     assert_eq!(destination.upload(&file, &headers).await, Ok(true));
+    let took = started.elapsed();
     let peak_delta = memory("VmHWM:").saturating_sub(before);
     eprintln!(
-        "uploading {} MiB: peak RSS +{:.1} MiB",
+        "uploading {} MiB: {:.2} s ({:.0} MiB/s), peak RSS +{:.1} MiB",
         size / MIB,
+        took.as_secs_f64(),
+        size as f64 / MIB as f64 / took.as_secs_f64(),
         peak_delta as f64 / MIB as f64
     );
     // Parts in flight plus the one being filled, and room for the HTTP

@@ -21,8 +21,8 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
+    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
 };
 use tokio::io::AsyncReadExt;
 
@@ -34,6 +34,8 @@ pub const PART_SIZE: usize = 8 << 20;
 /// Parts being sent at once: memory is at most `(PARTS_IN_FLIGHT + 1) *
 /// PART_SIZE` per upload.
 pub const PARTS_IN_FLIGHT: usize = 2;
+/// Most bytes of user metadata S3 takes (names and values, UTF-8).
+pub const MAX_METADATA_BYTES: usize = 2048;
 /// Region when none is configured (what S3-compatible servers expect).
 pub const DEFAULT_REGION: &str = "us-east-1";
 /// The environment variables (and credentials file lines) read.
@@ -217,7 +219,21 @@ pub fn metadata_attributes(headers: &ObjectHeaders) -> Attributes {
         .collect()
 }
 
-/// Uploads to one bucket (and prefix) of an S3-compatible store.
+/// Bytes of user metadata as S3 counts them: names (without
+/// `x-amz-meta-`) and values as sent.
+pub fn metadata_bytes(attributes: &Attributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value)| match name {
+            Attribute::Metadata(n) => n.len() + value.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Uploads to one bucket (and prefix) of an S3-compatible store. Cheap to
+/// clone (one connection pool).
+#[derive(Clone)]
 pub struct S3Destination {
     store: Arc<AmazonS3>,
     bucket: String,
@@ -225,6 +241,15 @@ pub struct S3Destination {
     /// As configured (no trailing slash), None for AWS.
     endpoint: Option<String>,
     region: String,
+}
+
+/// Never the credentials.
+impl fmt::Debug for S3Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("S3Destination")
+            .field(&self.describe())
+            .finish()
+    }
 }
 
 impl S3Destination {
@@ -299,8 +324,10 @@ impl S3Destination {
     /// "s3://bucket/prefix (endpoint http://127.0.0.1:9000)": for logs and
     /// Status.
     pub fn describe(&self) -> String {
-        let url = format!("s3://{}", object_key(&self.bucket, &self.prefix));
-        let url = url.trim_end_matches('/');
+        let url = match self.prefix.as_str() {
+            "" => format!("s3://{}", self.bucket),
+            prefix => format!("s3://{}/{prefix}", self.bucket),
+        };
         match &self.endpoint {
             Some(e) => format!("{url} (endpoint {e})"),
             None => format!("{url} (AWS, region {})", self.region),
@@ -316,7 +343,12 @@ impl S3Destination {
     /// metadata. Idempotent: when an object with that key and the same size
     /// already exists (an upload cut short by a restart that in fact
     /// completed), it does nothing and returns Ok(false); Ok(true) when it
-    /// uploaded. Memory stays bounded (see [`PART_SIZE`]).
+    /// uploaded. When both the object and `headers` have a digest, they must
+    /// match too. Memory stays bounded (see [`PART_SIZE`]).
+    ///
+    /// An upload dropped half-way (shutdown) may leave parts of a multipart
+    /// upload on the server, never an object; S3 drops them by a lifecycle
+    /// rule (AbortIncompleteMultipartUpload).
     pub async fn upload(&self, path: &Path, headers: &ObjectHeaders) -> Result<bool, String> {
         let key = self.key(headers);
         let fail = |cause: String| {
@@ -328,15 +360,35 @@ impl S3Destination {
         };
         let location = ObjectPath::parse(&key)
             .map_err(|e| fail(format!("{} is not a valid key: {e}", quoted(&key))))?;
+        let attributes = metadata_attributes(headers);
+        let metadata = metadata_bytes(&attributes);
+        if metadata > MAX_METADATA_BYTES {
+            let labels = super::object::LABELS.to_ascii_lowercase();
+            let labels = attributes
+                .get(&Attribute::Metadata(labels.into()))
+                .map_or(0, |v| v.len());
+            return Err(fail(format!(
+                "its metadata would be {metadata} bytes, S3 takes at most {MAX_METADATA_BYTES} \
+                 (fleet.labels are {labels} of them: shorten them)"
+            )));
+        }
         let local = |e: std::io::Error| fail(format!("{}: {e}", path.display()));
         let mut file = tokio::fs::File::open(path).await.map_err(local)?;
         let size = file.metadata().await.map_err(local)?.len();
-        match self.store.head(&location).await {
-            Ok(meta) if meta.size == size => return Ok(false),
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        match self.store.get_opts(&location, head).await {
+            Ok(existing)
+                if existing.meta.size == size
+                    && same_digest(&existing.attributes, &headers.digest) =>
+            {
+                return Ok(false);
+            }
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(fail(cause(&e, false))),
         }
-        let attributes = metadata_attributes(headers);
         if size <= PART_SIZE as u64 {
             let mut body = Vec::with_capacity(size as usize);
             // A snapshot does not change once written; `take` bounds the
@@ -389,6 +441,16 @@ impl S3Destination {
         writer.finish().await.map_err(|e| fail(cause(&e, true)))?;
         Ok(true)
     }
+}
+
+/// The object's digest is `digest`, or one of them is unknown.
+fn same_digest(attributes: &Attributes, digest: &str) -> bool {
+    let name = super::object::DIGEST.to_ascii_lowercase();
+    let stored = attributes
+        .get(&Attribute::Metadata(name.into()))
+        .map(|v| decode_metadata_value(v.as_ref()))
+        .unwrap_or_default();
+    digest.is_empty() || stored.is_empty() || stored == digest
 }
 
 /// The file must not change while it is uploaded.
@@ -619,6 +681,45 @@ mod tests {
         }
         assert_eq!(encode_metadata_value("signal"), "signal");
         assert_eq!(encode_metadata_value("zürich"), "=?UTF-8?B?esO8cmljaA==?=");
+    }
+
+    #[test]
+    fn metadata_is_counted_as_s3_counts_it() {
+        let headers = ObjectHeaders {
+            host: "h".into(),
+            id: "i".into(),
+            label: String::new(),
+            trigger: "signal".into(),
+            bytes: 10,
+            compressed: true,
+            created_unix_ns: 5,
+            labels: BTreeMap::from([("k".to_string(), "ü".to_string())]),
+            digest: String::new(),
+        };
+        let attributes = metadata_attributes(&headers);
+        // Names: flightrec-{host,id,labels,trigger,label,created-unix-ns,
+        // bytes,compressed,digest}; values: "h", "i", "=?UTF-8?B?az3DvA==?=",
+        // "signal", "", "5", "10", "true", "".
+        let names = [4, 2, 6, 7, 5, 15, 5, 10, 6].iter().sum::<usize>() + 9 * "flightrec-".len();
+        let values = 1 + 1 + 20 + 6 + 1 + 2 + 4;
+        assert_eq!(metadata_bytes(&attributes), names + values);
+    }
+
+    #[test]
+    fn digests_match_unless_one_is_unknown() {
+        let with = |digest: &str| -> Attributes {
+            [(
+                Attribute::Metadata("flightrec-digest".into()),
+                AttributeValue::from(digest.to_string()),
+            )]
+            .into_iter()
+            .collect()
+        };
+        assert!(same_digest(&with("SHA-256=a"), "SHA-256=a"));
+        assert!(!same_digest(&with("SHA-256=a"), "SHA-256=b"));
+        assert!(same_digest(&with(""), "SHA-256=b"));
+        assert!(same_digest(&Attributes::new(), "SHA-256=b"));
+        assert!(same_digest(&with("SHA-256=a"), ""));
     }
 
     #[test]
