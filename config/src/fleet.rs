@@ -281,6 +281,21 @@ impl S3Config {
                 ),
             ));
         }
+        // Object keys cannot hold `.` or `..` segments (S3 clients resolve
+        // them as paths), nor be longer than 1024 bytes.
+        let prefix = url.get_ref()["s3://".len()..]
+            .split_once('/')
+            .map_or("", |(_, p)| p);
+        if prefix.split('/').any(|s| s == "." || s == "..") || prefix.len() > 512 {
+            return Err((
+                url.span(),
+                format!(
+                    "fleet.s3.url {}: the prefix must not hold . or .. segments and is at most \
+                     512 bytes",
+                    quoted(url.get_ref())
+                ),
+            ));
+        }
         if let Some(endpoint) = &self.endpoint {
             let e = endpoint.get_ref();
             let rest = e
@@ -638,6 +653,12 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             3,
             26,
             "unknown field `key`",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt/a/../b\" }\n",
+            3,
+            14,
+            "the prefix must not hold . or .. segments",
         );
         rejected_at(
             "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"s3.env\" }\n",
