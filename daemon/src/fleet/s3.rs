@@ -6,8 +6,8 @@
 //! Files are streamed: up to [`PART_SIZE`] in one PUT, bigger ones in
 //! parts of that size with at most [`PARTS_IN_FLIGHT`] being sent, so
 //! memory stays bounded whatever the snapshot's size. Uploads are
-//! idempotent by key and size, so the queue can retry one that was cut
-//! short and in fact completed.
+//! idempotent by key and size (and digest, when known), so the queue can
+//! retry one that was cut short and in fact completed.
 
 use std::fmt;
 use std::path::Path;
@@ -65,9 +65,13 @@ impl fmt::Debug for S3Credentials {
 }
 
 impl S3Credentials {
-    /// From variables looked up by `get` (the environment); `source` says
-    /// where they were looked for, for errors.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>, source: &str) -> Result<Self, String> {
+    /// From variables looked up by `get`; `source` says where they were
+    /// looked for, and `hint` what else to do when none is there.
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        source: &str,
+        hint: &str,
+    ) -> Result<Self, String> {
         let get = |name: &str| get(name).filter(|v| !v.is_empty());
         match (get(ACCESS_KEY_ID), get(SECRET_ACCESS_KEY)) {
             (Some(access_key_id), Some(secret_access_key)) => Ok(Self {
@@ -76,8 +80,8 @@ impl S3Credentials {
                 session_token: get(SESSION_TOKEN),
             }),
             (None, None) => Err(format!(
-                "no S3 credentials: {ACCESS_KEY_ID} and {SECRET_ACCESS_KEY} are not set in {source} \
-                 (set them, or fleet.s3.credentials_file)"
+                "no S3 credentials: {ACCESS_KEY_ID} and {SECRET_ACCESS_KEY} are not set in \
+                 {source}{hint}"
             )),
             (None, Some(_)) => Err(format!(
                 "{ACCESS_KEY_ID} is not set in {source} ({SECRET_ACCESS_KEY} is)"
@@ -90,7 +94,11 @@ impl S3Credentials {
 
     /// From the daemon's environment.
     pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|n| std::env::var(n).ok(), "the daemon's environment")
+        Self::from_lookup(
+            |n| std::env::var(n).ok(),
+            "the daemon's environment",
+            " (set them, or fleet.s3.credentials_file)",
+        )
     }
 
     /// From a credentials file's text: `NAME=value` lines as systemd's
@@ -137,6 +145,7 @@ impl S3Credentials {
         Self::from_lookup(
             |n| vars.get(n).cloned(),
             &format!("fleet.s3.credentials_file {name}"),
+            &format!(" (it needs {ACCESS_KEY_ID}=... and {SECRET_ACCESS_KEY}=... lines)"),
         )
     }
 
@@ -650,8 +659,8 @@ mod tests {
         assert_eq!(
             parse("# nothing\n"),
             "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in \
-             fleet.s3.credentials_file \"/etc/flightrec/s3.env\" (set them, or \
-             fleet.s3.credentials_file)"
+             fleet.s3.credentials_file \"/etc/flightrec/s3.env\" (it needs \
+             AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines)"
         );
         let missing = S3Credentials::read_file(Path::new("/nonexistent/s3.env")).unwrap_err();
         assert!(
@@ -659,6 +668,35 @@ mod tests {
                 "cannot read fleet.s3.credentials_file \"/nonexistent/s3.env\": No such file"
             ),
             "{missing}"
+        );
+    }
+
+    #[test]
+    fn credentials_come_from_the_environment_in_pairs() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let from = |vars| S3Credentials::from_lookup(env(vars), "the environment", " (hint)");
+        assert_eq!(
+            from(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+            Ok(S3Credentials {
+                access_key_id: "A".into(),
+                secret_access_key: "S".into(),
+                session_token: None,
+            })
+        );
+        assert_eq!(
+            from(&[]).unwrap_err(),
+            "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in the \
+             environment (hint)"
+        );
+        assert_eq!(
+            from(&[("AWS_SECRET_ACCESS_KEY", "S"), ("AWS_SESSION_TOKEN", "T")]).unwrap_err(),
+            "AWS_ACCESS_KEY_ID is not set in the environment (AWS_SECRET_ACCESS_KEY is)"
         );
     }
 
