@@ -396,6 +396,10 @@ impl S3Destination {
                 return Ok(false);
             }
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            // Upload-only credentials (s3:PutObject without s3:GetObject,
+            // so a host cannot read the others' snapshots) may not look:
+            // upload anyway, the PUT says whether they may write.
+            Err(object_store::Error::PermissionDenied { .. }) => {}
             Err(e) => return Err(fail(cause(&e, false))),
         }
         if size <= PART_SIZE as u64 {
