@@ -53,8 +53,9 @@ impl<'de> Deserialize<'de> for NatsServers {
     }
 }
 
-/// `s3 = { url, endpoint, region }`: a second destination of uploads
-/// (parsed and checked; uploads are not built yet).
+/// `s3 = { url, endpoint, region, credentials_file }`: a second
+/// destination of uploads. A snapshot goes to `<prefix>/<host>/<id>.perf.data`
+/// in the bucket, its description as `x-amz-meta-*` metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
@@ -65,6 +66,11 @@ pub struct S3Config {
     pub endpoint: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<Spanned<String>>,
+    /// `AWS_ACCESS_KEY_ID=...`, `AWS_SECRET_ACCESS_KEY=...` and optionally
+    /// `AWS_SESSION_TOKEN=...` lines (as systemd's EnvironmentFile); default:
+    /// those variables in the daemon's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<Spanned<PathBuf>>,
 }
 
 /// `[fleet]`
@@ -296,6 +302,21 @@ impl S3Config {
                 ),
             ));
         }
+        // Object keys cannot hold `.` or `..` segments (S3 clients resolve
+        // them as paths), nor be longer than 1024 bytes.
+        let prefix = url.get_ref()["s3://".len()..]
+            .split_once('/')
+            .map_or("", |(_, p)| p);
+        if prefix.split('/').any(|s| s == "." || s == "..") || prefix.len() > 512 {
+            return Err((
+                url.span(),
+                format!(
+                    "fleet.s3.url {}: the prefix must not hold . or .. segments and is at most \
+                     512 bytes",
+                    quoted(url.get_ref())
+                ),
+            ));
+        }
         if let Some(endpoint) = &self.endpoint {
             let e = endpoint.get_ref();
             let rest = e
@@ -309,6 +330,20 @@ impl S3Config {
                     format!(
                         "fleet.s3.endpoint {} is not an http:// or https:// URL",
                         quoted(e)
+                    ),
+                ));
+            }
+        }
+        if let Some(file) = &self.credentials_file {
+            let path = file.get_ref();
+            check_path(path)
+                .map_err(|why| (file.span(), format!("fleet.s3.credentials_file {why}")))?;
+            if !path.is_absolute() {
+                return Err((
+                    file.span(),
+                    format!(
+                        "fleet.s3.credentials_file {} must be an absolute path",
+                        quoted(&path.display().to_string())
                     ),
                 ));
             }
@@ -472,7 +507,7 @@ tls_ca = "/etc/flightrec/ca.pem"
 tls_cert = "/etc/flightrec/client.pem"
 tls_key = "/etc/flightrec/client.key"
 labels = { role = "db", zone = "eu-1a" }
-s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1" }
+s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1", credentials_file = "/etc/flightrec/s3.env" }
 "#,
         )
         .unwrap();
@@ -494,6 +529,10 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
         );
         let s3 = fleet.s3.as_ref().unwrap().get_ref();
         assert_eq!(s3.url.get_ref(), "s3://snapshots/flightrec");
+        assert_eq!(
+            s3.credentials_file.as_ref().unwrap().get_ref(),
+            std::path::Path::new("/etc/flightrec/s3.env")
+        );
         // Printed back, it reads the same.
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg, "{}", cfg.to_toml());
     }
@@ -653,6 +692,24 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             3,
             26,
             "unknown field `key`",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt/a/../b\" }\n",
+            3,
+            14,
+            "the prefix must not hold . or .. segments",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"s3.env\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file \"s3.env\" must be an absolute path",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file is empty",
         );
     }
 }

@@ -241,6 +241,7 @@ fn snapshots_taken_while_nats_is_down_arrive_once_it_is_back() {
     for (_, d) in &daemons {
         connected(d);
     }
+    let watch = Watcher::start(&daemons[0].1);
     nats.kill();
     for (_, d) in &daemons {
         wait_fleet(d, Duration::from_secs(20), |f| f["state"] != "connected");
@@ -252,10 +253,32 @@ fn snapshots_taken_while_nats_is_down_arrive_once_it_is_back() {
         });
         assert_ne!(f["last_upload_error"], "", "{f}");
     }
+    // Watch tells of the failed attempts, then of the upload.
+    let failed = watch
+        .wait_for("upload_failed", Duration::from_secs(20))
+        .expect("an upload_failed event");
+    assert_eq!(failed["destination"], "jetstream", "{failed}");
+    assert_eq!(failed["id"], daemons[0].1.list()[0]["id"], "{failed}");
     nats.restart();
     for (_, d) in &daemons {
         uploaded(d, 1, Duration::from_secs(60));
     }
+    let done = watch
+        .wait_for("uploaded", Duration::from_secs(20))
+        .expect("an uploaded event");
+    assert_eq!(
+        done["snapshot"]["id"],
+        daemons[0].1.list()[0]["id"],
+        "{done}"
+    );
+    assert_eq!(
+        done["object"],
+        format!(
+            "flightrec/host-a/{}.perf.data",
+            daemons[0].1.list()[0]["id"].as_str().unwrap()
+        )
+    );
+    assert_eq!(done["already_there"], false);
     let objects = bucket(&url);
     assert_eq!(objects.len(), 3, "{objects:?}");
     for (host, d) in &daemons {
@@ -448,4 +471,75 @@ fn a_cluster_node_killed_during_a_fleet_dump_loses_nothing() {
         .or_else(|| cluster.nodes[2].stream_state("OBJ_flightrec"))
         .expect("a surviving node holds the bucket");
     assert!(state["messages"].as_u64() > Some(3), "{state}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn with_s3_set_a_snapshot_goes_to_both_destinations() {
+    require_root("with_s3_set_a_snapshot_goes_to_both_destinations");
+    let Some(s3) =
+        flightrec_tests::S3Server::start("with_s3_set_a_snapshot_goes_to_both_destinations")
+    else {
+        return;
+    };
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("s3.env");
+    std::fs::write(
+        &credentials,
+        format!(
+            "AWS_ACCESS_KEY_ID={}\nAWS_SECRET_ACCESS_KEY={}\n",
+            s3.access_key, s3.secret_key
+        ),
+    )
+    .unwrap();
+    let s3_line = format!(
+        "s3 = {{ url = \"s3://{}/fleet\", endpoint = \"{}\", region = \"us-east-1\", \
+         credentials_file = \"{}\" }}",
+        s3.bucket,
+        s3.endpoint,
+        credentials.display()
+    );
+    let text = flightrec_tests::test_config(
+        dir.path(),
+        &fleet_section(&url, "host-a", "role = \"db\"", &s3_line),
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    connected(&d);
+    let watch = Watcher::start(&d);
+    d.signal("USR2");
+    let local = wait_listed(&d, 1)[0].clone();
+    let f = uploaded(&d, 2, Duration::from_secs(60));
+    assert_eq!(
+        f["upload_destinations"],
+        serde_json::json!(["jetstream", "s3"])
+    );
+    let id = local["id"].as_str().unwrap();
+    let mut objects = Vec::new();
+    for _ in 0..2 {
+        let e = watch
+            .wait_for("uploaded", Duration::from_secs(20))
+            .expect("two uploaded events");
+        objects.push(e["object"].as_str().unwrap().to_string());
+    }
+    objects.sort();
+    assert_eq!(
+        objects,
+        [
+            format!("flightrec/host-a/{id}.perf.data"),
+            format!("s3://{}/fleet/host-a/{id}.perf.data", s3.bucket)
+        ]
+    );
+    // s3s-fs keeps each object as a file under its bucket's directory.
+    let stored = s3
+        .root
+        .join(&s3.bucket)
+        .join(format!("fleet/host-a/{id}.perf.data"));
+    assert!(
+        std::fs::read(&stored).expect("the object on the S3 server")
+            == std::fs::read(local["path"].as_str().unwrap()).unwrap(),
+        "the S3 object is the snapshot"
+    );
+    find_in(&bucket(&url), "host-a", &local);
 }

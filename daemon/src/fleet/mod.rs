@@ -12,6 +12,7 @@
 pub mod jetstream;
 pub mod object;
 pub mod request;
+pub mod s3;
 pub mod upload;
 
 use std::collections::BTreeMap;
@@ -153,6 +154,7 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
             labels: labels.clone(),
             bucket: fleet.bucket.get_ref().clone(),
             replicas: usize::from(*fleet.replicas.get_ref()),
+            s3: fleet.s3.as_ref().map(|s| s.get_ref().clone()),
         };
         tokio::spawn(uploader.run());
     }

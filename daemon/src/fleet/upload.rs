@@ -11,16 +11,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::Client;
-use flightrec_config::FleetConfig;
+use flightrec_config::{FleetConfig, S3Config};
 
 use super::jetstream::{self, JetStreamDestination};
 use super::object::ObjectHeaders;
+use super::s3::S3Destination;
 use crate::control::outcome::Uploaded;
 use crate::control::{self, Event, State};
 use crate::store::{SnapshotInfo, unix_ns};
 
 /// Destination names, as sidecars, Status and Watch give them.
 pub const JETSTREAM: &str = "jetstream";
+pub const S3: &str = "s3";
 
 /// First pause after a failure; doubled up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -34,11 +36,14 @@ const OPEN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Where snapshots go with this `[fleet]`, in upload order.
 pub fn destinations(fleet: &FleetConfig) -> Vec<String> {
+    let mut to = Vec::new();
     if fleet.upload {
-        vec![JETSTREAM.to_string()]
-    } else {
-        Vec::new()
+        to.push(JETSTREAM.to_string());
+        if fleet.s3.is_some() {
+            to.push(S3.to_string());
+        }
     }
+    to
 }
 
 /// An upload may take this long: a minute, plus a second per MiB (far
@@ -55,16 +60,26 @@ pub struct Uploader {
     pub labels: BTreeMap<String, String>,
     pub bucket: String,
     pub replicas: usize,
+    /// `[fleet] s3`, when set.
+    pub s3: Option<S3Config>,
+}
+
+/// The destinations, opened on first use (and again after a failure that
+/// may have left them unusable).
+#[derive(Default)]
+struct Opened {
+    jetstream: Option<JetStreamDestination>,
+    s3: Option<S3Destination>,
 }
 
 impl Uploader {
     /// Serves the queue until shutdown.
     pub async fn run(self) {
         let mut stop = self.state.shutdown_signal();
-        let mut jetstream: Option<JetStreamDestination> = None;
+        let mut opened = Opened::default();
         let mut retry = FIRST_RETRY;
         loop {
-            let pass = self.pass(&mut jetstream);
+            let pass = self.pass(&mut opened);
             let failed = tokio::select! {
                 failed = pass => failed,
                 () = control::stopped(&mut stop) => return,
@@ -86,7 +101,7 @@ impl Uploader {
     }
 
     /// One pass over the queue; true when something failed.
-    async fn pass(&self, jetstream: &mut Option<JetStreamDestination>) -> bool {
+    async fn pass(&self, opened: &mut Opened) -> bool {
         let store = self.state.current().store.clone();
         let configured = store.upload_destinations();
         let pending = match store.pending_uploads() {
@@ -97,7 +112,10 @@ impl Uploader {
             }
         };
         self.set_pending(pending.len());
-        let mut failed = false;
+        // Destinations that failed in this pass: likely down, so the rest
+        // waits for the next pass (whose pause grows) rather than failing
+        // one snapshot after another.
+        let mut down: Vec<String> = Vec::new();
         for snapshot in pending {
             for destination in &snapshot.pending_uploads {
                 if !configured.contains(destination) {
@@ -110,23 +128,21 @@ impl Uploader {
                     let _ = store.settle_upload(&snapshot.id, destination);
                     continue;
                 }
-                if failed {
-                    // One failure ends the pass: the destination is likely
-                    // down, and the pause before the next pass grows.
-                    break;
+                if down.contains(destination) {
+                    continue;
                 }
-                match self.upload(jetstream, &snapshot, destination).await {
+                match self.upload(opened, &snapshot, destination).await {
                     Ok(u) => {
                         if let Err(e) = store.settle_upload(&snapshot.id, destination) {
                             self.failed(&snapshot.id, destination, e.to_string());
-                            failed = true;
+                            down.push(destination.clone());
                             continue;
                         }
                         self.done(u);
                     }
                     Err(e) => {
                         self.failed(&snapshot.id, destination, e);
-                        failed = true;
+                        down.push(destination.clone());
                     }
                 }
             }
@@ -134,21 +150,22 @@ impl Uploader {
         if let Ok(p) = store.pending_uploads() {
             self.set_pending(p.len());
         }
-        failed
+        !down.is_empty()
     }
 
     async fn upload(
         &self,
-        jetstream: &mut Option<JetStreamDestination>,
+        opened: &mut Opened,
         snapshot: &SnapshotInfo,
         destination: &str,
     ) -> Result<Uploaded, String> {
         let started = Instant::now();
         let path = snapshot.path.clone();
-        let opened = tokio::task::spawn_blocking(move || jetstream::open_with_digest(&path))
-            .await
-            .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
-        let (file, digest) = match opened {
+        let file_and_digest =
+            tokio::task::spawn_blocking(move || jetstream::open_with_digest(&path))
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
+        let (file, digest) = match file_and_digest {
             Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Removed (by a user or retention) since it was listed.
@@ -165,35 +182,48 @@ impl Uploader {
         let deadline = upload_deadline(snapshot.bytes);
         let (object, sent) = match destination {
             JETSTREAM => {
-                if jetstream.is_none() {
+                if opened.jetstream.is_none() {
                     let open =
                         JetStreamDestination::open(&self.client, &self.bucket, self.replicas);
-                    *jetstream = Some(tokio::time::timeout(OPEN_DEADLINE, open).await.map_err(
-                        |_| {
-                            format!(
-                                "cannot open the bucket {:?} within {}s (is NATS reachable?)",
-                                self.bucket,
-                                OPEN_DEADLINE.as_secs()
-                            )
-                        },
-                    )??);
+                    opened.jetstream = Some(
+                        tokio::time::timeout(OPEN_DEADLINE, open)
+                            .await
+                            .map_err(|_| {
+                                format!(
+                                    "cannot open the bucket {:?} within {}s (is NATS reachable?)",
+                                    self.bucket,
+                                    OPEN_DEADLINE.as_secs()
+                                )
+                            })??,
+                    );
                 }
-                let js = jetstream.as_ref().ok_or("no bucket")?;
+                let js = opened.jetstream.as_ref().ok_or("no bucket")?;
+                let object = js.object_url(&headers);
                 let sent = tokio::time::timeout(deadline, js.upload(file, &headers))
                     .await
-                    .map_err(|_| {
-                        format!(
-                            "the upload of {} took more than {}s; retrying",
-                            js.object_url(&headers),
-                            deadline.as_secs()
-                        )
-                    })?;
+                    .unwrap_or_else(|_| Err(too_slow(&object, deadline)));
                 if sent.is_err() {
                     // Reopen the bucket next time (it may have been
                     // removed, or the cluster changed).
-                    *jetstream = None;
+                    opened.jetstream = None;
                 }
-                (js_object(&self.bucket, &headers), sent?)
+                (object, sent?)
+            }
+            S3 => {
+                if opened.s3.is_none() {
+                    let config = self.s3.as_ref().ok_or("fleet.s3 is not set")?;
+                    opened.s3 = Some(S3Destination::new(config)?);
+                }
+                let s3 = opened.s3.as_ref().ok_or("no S3 destination")?;
+                let object = s3.url(&headers);
+                let sent = tokio::time::timeout(deadline, s3.upload(&snapshot.path, &headers))
+                    .await
+                    .unwrap_or_else(|_| Err(too_slow(&object, deadline)));
+                if sent.is_err() {
+                    // Read the credentials again next time (rotated keys).
+                    opened.s3 = None;
+                }
+                (object, sent?)
             }
             other => return Err(format!("unknown upload destination {other:?}")),
         };
@@ -243,8 +273,11 @@ impl Uploader {
     }
 }
 
-fn js_object(bucket: &str, headers: &ObjectHeaders) -> String {
-    format!("{bucket}/{}", headers.object_name())
+fn too_slow(object: &str, deadline: Duration) -> String {
+    format!(
+        "the upload of {object} took more than {}s; retrying",
+        deadline.as_secs()
+    )
 }
 
 #[cfg(test)]
