@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::host::{HostInfo, HostInfoError, parse_kallsyms_text};
+use super::host::{HostInfo, HostInfoError, KernelModule, parse_kallsyms_text, parse_proc_modules};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
@@ -47,7 +47,7 @@ use crate::ring::backward::{copy_range, find_range_limited};
 use crate::ring::size_at_end::SizeAtEndError;
 use crate::tracking::drain::{DrainThread, Tracking};
 use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog, TrackingLogStatus};
-use crate::tracking::modules::ModuleWatch;
+use crate::tracking::modules::{LoadedModule, ModuleWatch};
 use crate::tracking::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
 use crate::tracking::procfs::seed_from_proc;
 use crate::tracking::state::ProcessState;
@@ -402,6 +402,40 @@ impl Recorder {
             kernel_text: self.kernel_text,
             loaded_modules,
         })
+    }
+
+    /// Kernel modules found loaded since start, oldest first.
+    pub fn loaded_modules(&self) -> Vec<LoadedModule> {
+        lock(&self.tracking).loaded_modules().to_vec()
+    }
+
+    /// Watches `source` instead of /proc/modules for module loads, its
+    /// text now taken as the modules already known: tests load modules on
+    /// paper with it, on kernels without module support.
+    pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
+        let known: Vec<KernelModule> = parse_proc_modules(&std::fs::read_to_string(&source)?)
+            .into_iter()
+            .map(|(name, size, start)| KernelModule {
+                path: format!("[{name}]"),
+                name,
+                start,
+                size,
+                build_id: None,
+            })
+            .collect();
+        let tracking = self
+            .events
+            .last()
+            .ok_or_else(|| std::io::Error::other("no tracking event"))?;
+        let watch = ModuleWatch::reading(
+            source,
+            &known,
+            super::host::sample_clock_ns().unwrap_or(0),
+            tracking.attr,
+            tracking.ids.first().copied().unwrap_or(0),
+        );
+        lock(&self.tracking).watch_modules(watch);
+        Ok(())
     }
 
     /// Drains the tracking rings now (captures do this themselves).
