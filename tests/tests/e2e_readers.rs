@@ -604,27 +604,73 @@ fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
     };
 
     let out_dir = tempfile::tempdir().expect("tempdir");
-    let profile_path = out_dir.path().join("profile.json");
-    let started = std::time::Instant::now();
-    // --save-only: write the profile and exit (no server, no browser).
-    run(Command::new(&samply)
+    let ours = spinners.pids();
+    let check = |snapshot: &Path, expected: usize, what: &str| {
+        let (counted, pids) = samply_samples_of(&samply, snapshot, out_dir.path(), SPINNER);
+        eprintln!(
+            "{TEST}: {what}: perf script {expected} cpu-clock samples of {SPINNER}, samply \
+             {counted}"
+        );
+        assert!(counted > 0, "{what}: samply found no samples of {SPINNER}");
+        let expected = expected as u64;
+        assert!(
+            counted.abs_diff(expected) <= (expected / 100).max(2),
+            "{what}: samply {counted} vs perf script {expected} samples of {SPINNER}"
+        );
+        assert!(
+            !pids.is_empty() && pids.iter().all(|p| ours.contains(p)),
+            "{what}: samply's {SPINNER} pids {pids:?}, spawned {ours:?}"
+        );
+    };
+    check(&path, expected, "plain snapshot");
+
+    // samply 0.13.1 finds no sample in zstd-compressed files (perf record
+    // -z's included): it opens the plain copy `snapctl decompress` writes.
+    let packed = dump(&d, &["--compress"]);
+    let plain = out_dir.path().join("plain.perf.data");
+    let out = d.snapctl(&[
+        "decompress",
+        packed.to_str().unwrap(),
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check(&plain, spinner_samples(&packed), "decompressed copy");
+}
+
+/// `samply import` of `snapshot` (profile saved in `out_dir`, no server):
+/// the samples of the threads of processes named `process`, and the pids
+/// of those with samples.
+fn samply_samples_of(
+    samply: &Path,
+    snapshot: &Path,
+    out_dir: &Path,
+    process: &str,
+) -> (u64, Vec<u64>) {
+    let profile_path = out_dir.join("profile.json");
+    run(Command::new(samply)
         .args(["import", "--save-only", "--no-open", "-o"])
         .arg(&profile_path)
-        .arg(&path));
-    let took = started.elapsed();
+        .arg(snapshot));
     let profile: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&profile_path).expect("samply wrote the profile"))
             .expect("samply's profile is JSON");
-    let threads = profile["threads"].as_array().expect("threads");
-    let spinner_threads: Vec<&serde_json::Value> = threads
+    let threads: Vec<&serde_json::Value> = profile["threads"]
+        .as_array()
+        .expect("threads")
         .iter()
-        .filter(|t| t["processName"] == SPINNER)
+        .filter(|t| t["processName"] == process)
         .collect();
-    let counted: u64 = spinner_threads
+    let counted = threads
         .iter()
         .map(|t| t["samples"]["length"].as_u64().expect("samples.length"))
         .sum();
-    let pids: Vec<u64> = spinner_threads
+    // pid is a string; a reused pid gets a suffix (".1") and no match.
+    let pids = threads
         .iter()
         .filter(|t| t["samples"]["length"].as_u64() > Some(0))
         .filter_map(|t| {
@@ -634,20 +680,5 @@ fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
                 .or(t["pid"].as_u64())
         })
         .collect();
-    eprintln!(
-        "{TEST}: perf script {expected} cpu-clock samples of {SPINNER}, samply {counted} in {} \
-         threads, import took {took:?}",
-        spinner_threads.len()
-    );
-    assert!(counted > 0, "samply found no samples of {SPINNER}");
-    let expected = expected as u64;
-    assert!(
-        counted.abs_diff(expected) <= (expected / 100).max(2),
-        "samply {counted} vs perf script {expected} samples of {SPINNER}"
-    );
-    let ours = spinners.pids();
-    assert!(
-        !pids.is_empty() && pids.iter().all(|p| ours.contains(p)),
-        "samply's {SPINNER} pids {pids:?}, spawned {ours:?}"
-    );
+    (counted, pids)
 }
