@@ -258,3 +258,91 @@ fn captured_snapshots_read_in_perf_with_comms_symbols_and_losses() {
         "compressed-later snapshot prints differently"
     );
 }
+
+/// Names of the kernel MMAP records `perf script --show-mmap-events` prints.
+fn kernel_mmaps(file: &Path) -> Vec<String> {
+    perf(&["script", "--show-mmap-events", "-F", "comm"], file)
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_MMAP -1/0:"))
+        .filter_map(|l| l.rsplit(' ').next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots() {
+    require_root("a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots");
+    // This kernel may have no module support: the watch reads a file that
+    // stands for /proc/modules, and a module is loaded by writing it.
+    let dir = tempfile::tempdir().unwrap();
+    let modules = dir.path().join("modules");
+    std::fs::write(&modules, "fr_start 16384 0 - Live 0xffffffffc1000000\n").unwrap();
+    let config = RecorderConfig {
+        events: vec![EventSpec {
+            frequency: Some(999),
+            ..EventSpec::new("cpu-clock")
+        }],
+        ..Default::default()
+    };
+    let recorder = Recorder::start(&config).unwrap();
+    recorder.watch_modules_in(modules.clone()).unwrap();
+    let host = recorder.host();
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+
+    std::fs::write(
+        &modules,
+        "fr_start 16384 0 - Live 0xffffffffc1000000\nfr_late 16384 0 - Live 0xffffffffc2000000\n",
+    )
+    .unwrap();
+    // The drain reads the file at most once a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let loaded = loop {
+        let loaded = recorder.loaded_modules();
+        if !loaded.is_empty() {
+            break loaded;
+        }
+        assert!(std::time::Instant::now() < deadline, "fr_late not seen");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let names: Vec<&str> = loaded.iter().map(|l| l.module.name.as_str()).collect();
+    assert_eq!(names, ["fr_late"], "only the new module");
+    let loaded_ns = loaded[0].time_ns;
+
+    let opts = WriteOptions {
+        compression: None,
+        host: Some(host),
+    };
+    // The first window reaches back before the load: the record is among
+    // its tracking records. The next starts after it: the map is
+    // synthesized at the window's start.
+    let first = recorder.capture().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let second = recorder.capture().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().unwrap();
+    assert!(
+        first.window_start_ns <= loaded_ns,
+        "first window starts too late"
+    );
+    assert!(
+        second.window_start_ns > loaded_ns,
+        "second window starts too early"
+    );
+    for (capture, name) in [(&first, "first.perf.data"), (&second, "second.perf.data")] {
+        let written = write_snapshot(capture, &opts, dir.path(), name).unwrap();
+        let mmaps = kernel_mmaps(&written.path);
+        assert_eq!(
+            mmaps.iter().filter(|m| *m == "[fr_late]").count(),
+            1,
+            "{name}: {mmaps:?}"
+        );
+    }
+}

@@ -1,12 +1,12 @@
 //! End to end: snapshots of a real flightrecd opened by the readers people
 //! use next: `perf data convert --to-json`, `perf report --header-only`,
-//! `perf script -F+tod` (wall-clock times), build-id tables.
+//! `perf script -F+tod` (wall-clock times), build-id tables, `samply import`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flightrec_tests::{Daemon, Load, perf_script, require_root};
+use flightrec_tests::{Daemon, Load, perf_script, require_root, test_config};
 
 /// The header features perf 6.1 lists when it finds them (`perf report
 /// --header-only`) and a flightrec snapshot must have.
@@ -488,4 +488,197 @@ fn loaded_kernel_modules_get_mmap_records_and_build_ids() {
             "module {module} build-id {hex} missing:\n{ids}"
         );
     }
+}
+
+/// samply's executable: `$FLIGHTREC_TEST_SAMPLY`, else `samply` on PATH
+/// (tests/prepare-host installs it). None, after saying why, when there is
+/// none; under `CI=true` that is a failure.
+fn find_samply(test: &str) -> Option<PathBuf> {
+    let samply =
+        std::env::var_os("FLIGHTREC_TEST_SAMPLY").map_or_else(|| "samply".into(), PathBuf::from);
+    let works = Command::new(&samply)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        return Some(samply);
+    }
+    let why = format!(
+        "no samply at {} (run tests/prepare-host, or set FLIGHTREC_TEST_SAMPLY)",
+        samply.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    None
+}
+
+/// Processes busy on the CPU under a name no other process has (a copy of
+/// /bin/sh named `name`, so the kernel's comm is `name`); killed on drop.
+struct Spinners {
+    children: Vec<std::process::Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Spinners {
+    fn start(name: &str, count: usize) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let exe = dir.path().join(name);
+        std::fs::copy("/bin/sh", &exe).expect("copy /bin/sh");
+        let children = (0..count)
+            .map(|_| {
+                Command::new(&exe)
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("spawn spinner")
+            })
+            .collect();
+        Spinners {
+            children,
+            _dir: dir,
+        }
+    }
+
+    fn pids(&self) -> Vec<u64> {
+        self.children.iter().map(|c| u64::from(c.id())).collect()
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
+    const TEST: &str = "samply_imports_a_snapshot_with_the_samples_of_a_busy_process";
+    const SPINNER: &str = "fr-samply-spin";
+    require_root(TEST);
+    let Some(samply) = find_samply(TEST) else {
+        return;
+    };
+    // samply profiles the file's first event and, when a sched_switch
+    // event follows, adds off-CPU samples of its own: cpu-clock alone gives
+    // it samples to count one for one against perf script's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = test_config(
+        dir.path(),
+        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n",
+    )
+    .replacen("[[event]]\nname = \"sched:sched_switch\"\n\n", "", 1);
+    assert!(!text.contains("sched_switch"), "{text}");
+    let d = Daemon::start_in(dir, &text, &[]);
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners = Spinners::start(SPINNER, cpus);
+
+    // Dump until the window holds enough of the spinners' samples.
+    let spinner_samples = |path: &Path| {
+        perf_script(path, &["-F", "comm,event"])
+            .lines()
+            .filter(|l| {
+                let mut words = l.split_whitespace();
+                words.next() == Some(SPINNER) && words.next() == Some("cpu-clock:")
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (path, expected) = loop {
+        let path = dump(&d, &[]);
+        let n = spinner_samples(&path);
+        eprintln!("{TEST}: {n} samples of {SPINNER} in {}", path.display());
+        if n >= 200 {
+            break (path, n);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {n} cpu-clock samples of {SPINNER} in {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let ours = spinners.pids();
+    let check = |snapshot: &Path, expected: usize, what: &str| {
+        let (counted, pids) = samply_samples_of(&samply, snapshot, out_dir.path(), SPINNER);
+        eprintln!(
+            "{TEST}: {what}: perf script {expected} cpu-clock samples of {SPINNER}, samply \
+             {counted}"
+        );
+        assert!(counted > 0, "{what}: samply found no samples of {SPINNER}");
+        let expected = expected as u64;
+        assert!(
+            counted.abs_diff(expected) <= (expected / 100).max(2),
+            "{what}: samply {counted} vs perf script {expected} samples of {SPINNER}"
+        );
+        assert!(
+            !pids.is_empty() && pids.iter().all(|p| ours.contains(p)),
+            "{what}: samply's {SPINNER} pids {pids:?}, spawned {ours:?}"
+        );
+    };
+    check(&path, expected, "plain snapshot");
+
+    // samply 0.13.1 finds no sample in zstd-compressed files (perf record
+    // -z's included): it opens the plain copy `snapctl decompress` writes.
+    let packed = dump(&d, &["--compress"]);
+    let plain = out_dir.path().join("plain.perf.data");
+    let out = d.snapctl(&[
+        "decompress",
+        packed.to_str().unwrap(),
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check(&plain, spinner_samples(&packed), "decompressed copy");
+}
+
+/// `samply import` of `snapshot` (profile saved in `out_dir`, no server):
+/// the samples of the threads of processes named `process`, and the pids
+/// of those with samples.
+fn samply_samples_of(
+    samply: &Path,
+    snapshot: &Path,
+    out_dir: &Path,
+    process: &str,
+) -> (u64, Vec<u64>) {
+    let profile_path = out_dir.join("profile.json");
+    run(Command::new(samply)
+        .args(["import", "--save-only", "--no-open", "-o"])
+        .arg(&profile_path)
+        .arg(snapshot));
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&profile_path).expect("samply wrote the profile"))
+            .expect("samply's profile is JSON");
+    let threads: Vec<&serde_json::Value> = profile["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["processName"] == process)
+        .collect();
+    let counted = threads
+        .iter()
+        .map(|t| t["samples"]["length"].as_u64().expect("samples.length"))
+        .sum();
+    // pid is a string; a reused pid gets a suffix (".1") and no match.
+    let pids = threads
+        .iter()
+        .filter(|t| t["samples"]["length"].as_u64() > Some(0))
+        .filter_map(|t| {
+            t["pid"]
+                .as_str()
+                .and_then(|p| p.parse().ok())
+                .or(t["pid"].as_u64())
+        })
+        .collect();
+    (counted, pids)
 }

@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::host::{HostInfo, HostInfoError, parse_kallsyms_text};
+use super::host::{HostInfo, HostInfoError, KernelModule, parse_kallsyms_text, parse_proc_modules};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
@@ -47,6 +47,7 @@ use crate::ring::backward::{copy_range, find_range_limited};
 use crate::ring::size_at_end::SizeAtEndError;
 use crate::tracking::drain::{DrainThread, Tracking};
 use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog, TrackingLogStatus};
+use crate::tracking::modules::{LoadedModule, ModuleWatch};
 use crate::tracking::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
 use crate::tracking::procfs::seed_from_proc;
 use crate::tracking::state::ProcessState;
@@ -299,7 +300,20 @@ impl Recorder {
         let kernel_text = std::fs::read_to_string("/proc/kallsyms")
             .ok()
             .and_then(|k| parse_kallsyms_text(&k));
+        // Taken before /proc/modules is read: a module loaded after that
+        // read gets a record dated no later than its load.
+        let modules_read_ns = super::host::sample_clock_ns().unwrap_or(0);
         let host = Arc::new(HostInfo::gather_for(&events)?);
+        lock(&tracking).watch_modules(ModuleWatch::new(
+            &host.modules,
+            modules_read_ns,
+            tracking_attr,
+            events
+                .last()
+                .and_then(|e| e.ids.first())
+                .copied()
+                .unwrap_or(0),
+        ));
         Ok(Self {
             host,
             event_info: resolved.iter().map(event_info).collect(),
@@ -364,9 +378,11 @@ impl Recorder {
             .window(window_start_ns)
             .map_err(CaptureError::TrackingWalk)?;
         let tracking_lost = tracking.lost_total();
+        let loaded_modules = tracking.loaded_modules().to_vec();
         if window_start_ns > 0 {
             // Windows only move forward: no later one needs these.
             tracking.log_mut().forget_exited_before(window_start_ns);
+            tracking.prune_modules(window_start_ns);
         }
         drop(tracking);
         let mut processes = window.processes;
@@ -384,7 +400,42 @@ impl Recorder {
             tracking_lost,
             window_start_ns,
             kernel_text: self.kernel_text,
+            loaded_modules,
         })
+    }
+
+    /// Kernel modules found loaded since start, oldest first.
+    pub fn loaded_modules(&self) -> Vec<LoadedModule> {
+        lock(&self.tracking).loaded_modules().to_vec()
+    }
+
+    /// Watches `source` instead of /proc/modules for module loads, its
+    /// text now taken as the modules already known: tests load modules on
+    /// paper with it, on kernels without module support.
+    pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
+        let known: Vec<KernelModule> = parse_proc_modules(&std::fs::read_to_string(&source)?)
+            .into_iter()
+            .map(|(name, size, start)| KernelModule {
+                path: format!("[{name}]"),
+                name,
+                start,
+                size,
+                build_id: None,
+            })
+            .collect();
+        let tracking = self
+            .events
+            .last()
+            .ok_or_else(|| std::io::Error::other("no tracking event"))?;
+        let watch = ModuleWatch::reading(
+            source,
+            &known,
+            super::host::sample_clock_ns().unwrap_or(0),
+            tracking.attr,
+            tracking.ids.first().copied().unwrap_or(0),
+        );
+        lock(&self.tracking).watch_modules(watch);
+        Ok(())
     }
 
     /// Drains the tracking rings now (captures do this themselves).

@@ -132,6 +132,16 @@ impl ClockReference {
     }
 }
 
+/// The sample clock now, in ns (the time base of every record).
+pub fn sample_clock_ns() -> Option<u64> {
+    use nix::time::{ClockId, clock_gettime};
+    let t = clock_gettime(ClockId::from_raw(crate::abi::SAMPLE_CLOCKID)).ok()?;
+    u64::try_from(t.tv_sec())
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::try_from(t.tv_nsec()).ok()?)
+}
+
 /// The resolution of the sample clock in ns (CLOCKID feature).
 fn sample_clock_resolution_ns() -> u64 {
     use nix::time::{ClockId, clock_getres};
@@ -182,16 +192,27 @@ pub fn parse_modules_dep(text: &str, dir: &str) -> std::collections::HashMap<Str
 }
 
 fn gather_modules() -> Vec<KernelModule> {
-    let Ok(text) = fs::read_to_string("/proc/modules") else {
+    let Ok(text) = fs::read_to_string(PROC_MODULES) else {
         return Vec::new();
     };
+    describe_modules(parse_proc_modules(&text))
+}
+
+/// Where the kernel lists its loaded modules (absent without module support).
+pub const PROC_MODULES: &str = "/proc/modules";
+
+/// Each `(name, size, address)` of /proc/modules with its `.ko` path (from
+/// modules.dep) and build-id (from sysfs), as perf names and identifies it.
+pub fn describe_modules(live: Vec<(String, u64, u64)>) -> Vec<KernelModule> {
+    if live.is_empty() {
+        return Vec::new();
+    }
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let dir = format!("/lib/modules/{}", release.trim());
     let paths = fs::read_to_string(format!("{dir}/modules.dep"))
         .map(|t| parse_modules_dep(&t, &dir))
         .unwrap_or_default();
-    parse_proc_modules(&text)
-        .into_iter()
+    live.into_iter()
         .map(|(name, size, start)| KernelModule {
             path: paths
                 .get(&name)

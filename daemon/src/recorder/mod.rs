@@ -18,6 +18,7 @@ pub mod start;
 use std::time::Duration;
 
 use crate::abi::EventAttr;
+use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use capture::{CaptureError, CpuStatus, Recorder, RecorderConfig, RecorderStatus};
@@ -83,4 +84,8 @@ pub struct Capture {
     pub window_start_ns: u64,
     /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
     pub kernel_text: Option<u64>,
+    /// Kernel modules found loaded after start (oldest first): those loaded
+    /// before the window get their MMAP record at its start, the others
+    /// have theirs among `tracking_records`.
+    pub loaded_modules: Vec<LoadedModule>,
 }

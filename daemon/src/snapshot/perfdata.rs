@@ -271,7 +271,15 @@ pub fn write_perf_data<'a>(
         };
         synth::push_kernel_mmap(&mut head, &tracking_attr, text, &id);
         summary.synthesized_records += 1;
-        for m in &host.modules {
+        // Modules of the start, then those loaded later but before the
+        // window (in load order: a reload's map replaces the old one); a
+        // load inside the window has its record among the tracking records.
+        let loaded_before = capture
+            .loaded_modules
+            .iter()
+            .filter(|l| l.time_ns < capture.window_start_ns)
+            .map(|l| &l.module);
+        for m in host.modules.iter().chain(loaded_before) {
             synth::push_module_mmap(&mut head, &tracking_attr, m.start, m.size, &m.path, &id);
             summary.synthesized_records += 1;
         }
@@ -510,8 +518,13 @@ fn build_id_entries(
             filename: "[kernel.kallsyms]".into(),
         });
     }
-    for m in &host.modules {
-        if let Some(id) = &m.build_id {
+    let loaded = capture.loaded_modules.iter().map(|l| &l.module);
+    for m in host.modules.iter().chain(loaded) {
+        if let Some(id) = &m.build_id
+            && !out
+                .iter()
+                .any(|e| e.filename == m.path && e.build_id == *id)
+        {
             out.push(features::BuildIdEntry {
                 misc: crate::abi::misc::KERNEL,
                 build_id: id.clone(),
@@ -807,6 +820,71 @@ mod tests {
             bit::CLOCK_DATA,
         ] {
             assert!(!has_feature(&bytes, b), "feature bit {b} set");
+        }
+    }
+
+    #[test]
+    fn modules_loaded_after_start_get_one_map_each_and_their_build_ids() {
+        use crate::recorder::host::KernelModule;
+        use crate::tracking::modules::LoadedModule;
+        let t0 = crate::snapshot::testing::T0;
+        let mut capture = synthetic_capture(&SyntheticSpec::default());
+        let loaded = |name: &str, start: u64, time_ns: u64, id: u8| LoadedModule {
+            module: KernelModule {
+                name: name.into(),
+                start,
+                size: 0x4000,
+                path: format!("[{name}]"),
+                build_id: Some(vec![id; 20]),
+            },
+            time_ns,
+        };
+        capture.loaded_modules = vec![
+            loaded("fr_early", 0xffff_ffff_c100_0000, t0 - 100, 0xa1),
+            loaded("fr_late", 0xffff_ffff_c200_0000, t0 + 50, 0xb2),
+        ];
+        // The late load's record is in the window's tracking records, as
+        // the module watch appended it to the log.
+        let tracking = capture.events.last().unwrap();
+        let id = synth::SampleId {
+            pid: u32::MAX,
+            tid: 0,
+            time: t0 + 50,
+            id: tracking.ids[0],
+            cpu: 0,
+        };
+        let attr = tracking.attr;
+        synth::push_module_mmap(
+            &mut capture.tracking_records,
+            &attr,
+            0xffff_ffff_c200_0000,
+            0x4000,
+            "[fr_late]",
+            &id,
+        );
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let bytes = write_perf_data(&capture, &host, &WriteOptions::default())
+            .unwrap()
+            .to_vec();
+        let seen = read_back(&bytes);
+        for name in ["[fr_early]", "[fr_late]"] {
+            assert_eq!(
+                seen.mmaps.iter().filter(|m| *m == name).count(),
+                1,
+                "{name} in {:?}",
+                seen.mmaps
+            );
+        }
+        let PerfFileReader { perf_file, .. } =
+            PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
+        let ids: Vec<(Vec<u8>, Vec<u8>)> = perf_file
+            .build_ids()
+            .unwrap()
+            .values()
+            .map(|d| (d.path.to_vec(), d.build_id.clone()))
+            .collect();
+        for (path, id) in [(&b"[fr_early]"[..], 0xa1), (&b"[fr_late]"[..], 0xb2)] {
+            assert!(ids.contains(&(path.to_vec(), vec![id; 20])), "{ids:?}");
         }
     }
 

@@ -424,6 +424,7 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
         tracking_lost: 0,
         window_start_ns: T0,
         kernel_text: spec.kernel_text,
+        loaded_modules: Vec::new(),
     }
 }
 
@@ -646,5 +647,6 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
         tracking_lost: 0,
         window_start_ns,
         kernel_text: None,
+        loaded_modules: Vec::new(),
     })
 }

@@ -13,6 +13,7 @@ use nix::sys::eventfd::EventFd;
 
 use super::build_id::BuildIdCache;
 use super::log::TrackingLog;
+use super::modules::{LoadedModule, ModuleWatch};
 use super::record::{TrackingRecord, parse, record_time};
 use crate::perf::tracking_ring::TrackingRing;
 use crate::ring::records;
@@ -32,6 +33,8 @@ pub struct Tracking {
     batch: Vec<(u64, usize, usize)>,
     /// Build-ids for MMAP2 records the kernel wrote without one.
     build_ids: BuildIdCache,
+    /// Modules loaded after start, polled from the drain (see `modules`).
+    modules: Option<ModuleWatch>,
 }
 
 impl Tracking {
@@ -45,6 +48,26 @@ impl Tracking {
             scratch: Vec::new(),
             batch: Vec::new(),
             build_ids: BuildIdCache::default(),
+            modules: None,
+        }
+    }
+
+    /// Makes each drain also look for kernel modules loaded since `watch`'s
+    /// last reading.
+    pub fn watch_modules(&mut self, watch: ModuleWatch) {
+        self.modules = Some(watch);
+    }
+
+    /// Kernel modules found loaded after start, oldest first.
+    pub fn loaded_modules(&self) -> &[LoadedModule] {
+        self.modules.as_ref().map_or(&[], ModuleWatch::loaded)
+    }
+
+    /// No window will start before `window_start_ns` again: drops module
+    /// loads no window can need.
+    pub fn prune_modules(&mut self, window_start_ns: u64) {
+        if let Some(watch) = &mut self.modules {
+            watch.prune(window_start_ns);
         }
     }
 
@@ -118,7 +141,24 @@ impl Tracking {
         for &(_, offset, len) in &self.batch {
             self.log.append(&self.scratch[offset..offset + len]);
         }
-        self.batch.len()
+        self.batch.len() + self.poll_modules()
+    }
+
+    /// Appends the MMAP records of modules loaded since the last poll (at
+    /// most one read of /proc/modules per interval).
+    fn poll_modules(&mut self) -> usize {
+        let Some(watch) = &mut self.modules else {
+            return 0;
+        };
+        let Some(now_ns) = crate::recorder::host::sample_clock_ns() else {
+            return 0;
+        };
+        self.scratch.clear();
+        let n = watch.poll(std::time::Instant::now(), now_ns, &mut self.scratch);
+        for (_, record) in records(&self.scratch).map_while(Result::ok) {
+            self.log.append(record);
+        }
+        n
     }
 }
 

@@ -6,11 +6,13 @@
 //! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
 //! - [`state`]: a thread and its mappings as the table knows them.
+//! - [`modules`]: MMAP records for kernel modules loaded after start.
 
 pub mod build_id;
 pub mod drain;
 pub mod log;
 pub mod maps;
+pub mod modules;
 pub mod process_table;
 pub mod procfs;
 pub mod record;
