@@ -20,7 +20,9 @@ const EXIT_CODES: &str = "\
 Exit status:
   0  success
   1  the daemon answered with an error (bad label or id, disk full, ...);
-     fleet dump: a host answered with an error, or did not answer
+     fleet dump: a host answered with an error, or did not answer;
+     fleet list/fetch: no such bucket or snapshot, the file exists, a
+     download that came short
   2  bad command line
   3  cannot reach the daemon (no socket, nobody listening, connection lost,
      no answer within --timeout), or NATS for `fleet`
@@ -132,7 +134,9 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Talk to every daemon of the fleet over NATS ([fleet] in the config).
+    /// Talk to every daemon of the fleet over NATS ([fleet] in the config):
+    /// ask them all for a snapshot (dump), list what they uploaded into the
+    /// JetStream object store (list), download one (fetch).
     Fleet {
         /// A NATS server. Default: nats of [fleet] in
         /// /etc/flightrec/flightrec.toml, else nats://127.0.0.1:4222.
@@ -141,6 +145,10 @@ enum Command {
         /// Subject prefix. Default: subject of [fleet], else flightrec.
         #[arg(long, value_name = "PREFIX")]
         subject: Option<String>,
+        /// The JetStream object store bucket of the uploads (list, fetch).
+        /// Default: bucket of [fleet], else flightrec.
+        #[arg(long, value_name = "BUCKET", value_parser = parse_bucket)]
+        bucket: Option<String>,
         /// A NATS credentials file. Default: creds of [fleet].
         #[arg(long, value_name = "FILE", conflicts_with = "user")]
         creds: Option<PathBuf>,
@@ -182,6 +190,47 @@ enum FleetCommand {
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
     },
+    /// List the snapshots uploaded into the bucket, newest first: host, id,
+    /// size, creation time (UTC), trigger, compression, label. Objects
+    /// that are not snapshots are skipped with a warning on stderr. Exit
+    /// status 1 when the bucket does not exist (nothing uploaded yet).
+    List {
+        /// Only the snapshots of this fleet host.
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+    },
+    /// Download one snapshot of the bucket and print the path written.
+    /// The file appears only once complete and of the size its headers
+    /// give (the object store checks its digest): a cut download leaves
+    /// nothing behind. Exit status 1 when there is no such snapshot or the
+    /// file exists.
+    Fetch {
+        /// The snapshot, as `snapctl fleet list` shows it: HOST/ID.
+        #[arg(value_name = "HOST/ID", value_parser = snapctl::fleet::store::parse_snapshot_ref)]
+        snapshot: (String, String),
+        /// The file to write (or a directory to write ID.perf.data into).
+        /// Default: ./ID.perf.data.
+        #[arg(short, long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A JetStream bucket name, as `[fleet] bucket` accepts it.
+fn parse_bucket(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a bucket name: 1 to 64 characters from A-Z a-z 0-9 _ -"
+        ))
+    }
 }
 
 /// The id of a snapshot file name (`ID.perf.data`).
@@ -280,9 +329,17 @@ fn socket_path(flag: Option<PathBuf>) -> PathBuf {
 struct FleetFlags {
     nats: Option<String>,
     subject: Option<String>,
+    bucket: Option<String>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password_file: Option<PathBuf>,
+}
+
+fn print_line(text: &str) -> Result<(), ClientError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(ClientError::Output)
 }
 
 /// `snapctl fleet ...`: NATS only, no daemon socket.
@@ -302,6 +359,9 @@ async fn run_fleet(
     if let Some(s) = flags.subject {
         target.subject = s;
     }
+    if let Some(b) = flags.bucket {
+        target.bucket = b;
+    }
     if let Some(creds) = flags.creds {
         target.creds = Some(creds);
         target.user = None;
@@ -310,14 +370,33 @@ async fn run_fleet(
         target.user = Some((user, file));
         target.creds = None;
     }
-    let FleetCommand::Dump {
-        label,
-        select,
-        compress,
-        wait,
-        mut expect,
-        host,
-    } = command;
+    let (label, select, compress, wait, mut expect, host) = match command {
+        FleetCommand::Dump {
+            label,
+            select,
+            compress,
+            wait,
+            expect,
+            host,
+        } => (label, select, compress, wait, expect, host),
+        FleetCommand::List { host } => {
+            let listing = snapctl::fleet::store::list(&target, host.as_deref(), timeout).await?;
+            for warning in listing.warnings() {
+                eprintln!("snapctl: {warning}");
+            }
+            return print_line(&listing.render(json));
+        }
+        FleetCommand::Fetch {
+            snapshot: (host, id),
+            output,
+            force,
+        } => {
+            let out = snapctl::fleet::store::output_path(output.as_deref(), &id);
+            let fetched =
+                snapctl::fleet::store::fetch(&target, (&host, &id), &out, force, timeout).await?;
+            return print_line(&fetched.render(json));
+        }
+    };
     let select: BTreeMap<String, String> = select.into_iter().collect();
     let request = request_json(label.as_deref(), &select, compress);
     if let Some(h) = &host
@@ -345,6 +424,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Command::Fleet {
             nats,
             subject,
+            bucket,
             creds,
             user,
             password_file,
@@ -353,6 +433,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
             let flags = FleetFlags {
                 nats,
                 subject,
+                bucket,
                 creds,
                 user,
                 password_file,
