@@ -190,20 +190,25 @@ enum FleetCommand {
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
     },
-    /// List the snapshots uploaded into the bucket, newest first: host, id,
-    /// size, creation time (UTC), trigger, compression, label. Objects
-    /// that are not snapshots are skipped with a warning on stderr. Exit
-    /// status 1 when the bucket does not exist (nothing uploaded yet).
+    /// List the snapshots the daemons uploaded into the bucket.
+    ///
+    /// One line each, newest first: host, id, size, creation time (UTC),
+    /// trigger, compression, label; with --json
+    /// {"snapshots": [{"host", "id", "label", "trigger", "bytes",
+    /// "compressed", "created_unix_ns"}, ...]}. Objects that are not
+    /// snapshots are skipped with a warning on stderr. Exit status 1 when
+    /// the bucket does not exist (nothing was uploaded yet).
     List {
         /// Only the snapshots of this fleet host.
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
     },
-    /// Download one snapshot of the bucket and print the path written.
-    /// The file appears only once complete and of the size its headers
-    /// give (the object store checks its digest): a cut download leaves
-    /// nothing behind. Exit status 1 when there is no such snapshot or the
-    /// file exists.
+    /// Download one snapshot of the bucket; print the path written.
+    ///
+    /// `perf script -i PATH` reads it. The file appears only once complete
+    /// and of the size its headers give (the object store checks its
+    /// digest): a cut download leaves nothing behind. Exit status 1 when
+    /// there is no such snapshot or the file exists (see --force).
     Fetch {
         /// The snapshot, as `snapctl fleet list` shows it: HOST/ID.
         #[arg(value_name = "HOST/ID", value_parser = snapctl::fleet::store::parse_snapshot_ref)]

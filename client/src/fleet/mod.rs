@@ -97,15 +97,20 @@ impl FleetTarget {
             .map(|u| u.parse::<async_nats::ServerAddr>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.error(e))?;
-        options.connect(addrs).await.map_err(|e| {
-            if e.kind() == async_nats::ConnectErrorKind::AuthorizationViolation {
-                self.error(
-                    "authorization violation (the server refused the credentials: --creds, \
-                     --user with --password-file, or those of [fleet] in the config)",
-                )
-            } else {
-                self.error(e)
-            }
+        options.connect(addrs).await.map_err(|e| match e.kind() {
+            async_nats::ConnectErrorKind::AuthorizationViolation => self.error(
+                "authorization violation (the server refused the credentials: --creds, \
+                 --user with --password-file, or those of [fleet] in the config)",
+            ),
+            async_nats::ConnectErrorKind::TimedOut => self.error(format!(
+                "no NATS greeting within {} (not a NATS server, or unreachable?); --timeout \
+                 or FLIGHTREC_TIMEOUT change the limit",
+                humantime::format_duration(timeout)
+            )),
+            async_nats::ConnectErrorKind::Io => self.error(format!(
+                "cannot connect ({e}): is nats-server running there?"
+            )),
+            _ => self.error(e),
         })
     }
 }
