@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -19,6 +20,8 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, object_store};
 use flightrec_tests::{Daemon, Load, NatsServer, bin_path, free_port, perf_script, require_root};
 use flightrecd::fleet::object::ObjectHeaders;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 const BUCKET: &str = "flightrec";
@@ -77,32 +80,36 @@ fn put(
     })
 }
 
-/// Removes the second data chunk of the object `nuid` from the bucket's
-/// stream: its download then comes short, as a cut one does.
-fn drop_second_chunk(url: &str, nuid: &str) {
+/// Removes data chunks of the object `nuid` from the bucket's stream,
+/// those whose index (from 0) `drop` picks: its download then comes short
+/// (a chunk in the middle) or never ends (all of them).
+fn drop_chunks(url: &str, nuid: &str, drop: impl Fn(usize) -> bool) {
     runtime().block_on(async {
         let (js, _) = bucket(url).await;
-        let stream = js
+        let mut stream = js
             .get_stream(format!("OBJ_{BUCKET}"))
             .await
             .expect("the bucket's stream");
+        let last = stream
+            .info()
+            .await
+            .expect("stream info")
+            .state
+            .last_sequence;
         let subject = format!("$O.{BUCKET}.C.{nuid}");
-        let mut seq = 1;
-        let mut chunks = 0;
-        loop {
-            let m = stream
-                .get_raw_message(seq)
-                .await
-                .unwrap_or_else(|e| panic!("message {seq}: {e}"));
+        let mut index = 0;
+        for seq in 1..=last {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue; // deleted before
+            };
             if m.subject.as_str() == subject {
-                chunks += 1;
-                if chunks == 2 {
+                if drop(index) {
                     assert!(stream.delete_message(seq).await.expect("delete a chunk"));
-                    return;
                 }
+                index += 1;
             }
-            seq += 1;
         }
+        assert!(index > 1, "{index} chunks");
     });
 }
 
@@ -330,7 +337,7 @@ fn fleet_list_and_fetch_return_real_snapshots_put_under_two_hosts() {
 }
 
 #[test]
-fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_or_corrupt() {
+fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_or_interrupted() {
     let nats = NatsServer::start();
     let url = nats.url();
     // 1 MiB that is not all zeros, in 64 KiB chunks.
@@ -356,7 +363,11 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_or_corrupt() {
     // A chunk is missing: the store's digest does not match.
     let cut = header("cut", data.len() as u64);
     let info = put(&url, &cut.object_name(), Some(&cut), &data, 64 * 1024);
-    drop_second_chunk(&url, &info.nuid);
+    drop_chunks(&url, &info.nuid, |i| i == 1);
+    // No chunk at all: the download waits for data that never comes.
+    let stuck = header("stuck", data.len() as u64);
+    let info = put(&url, &stuck.object_name(), Some(&stuck), &data, 64 * 1024);
+    drop_chunks(&url, &info.nuid, |_| true);
     let work = tempfile::tempdir().expect("tempdir");
 
     let out = snapctl_fleet(work.path(), &url, false, &["fetch", "host-a/short"]);
@@ -378,6 +389,54 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_or_corrupt() {
         "{err}"
     );
     assert_eq!(files_in(work.path()), Vec::<String>::new());
+
+    // Stalled: an error after --timeout without data.
+    let started = Instant::now();
+    let out = snapctl_fleet(
+        work.path(),
+        &url,
+        false,
+        &["--timeout", "1s", "fetch", "host-a/stuck"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "snapctl: NATS at {url}: the download of host-a/stuck.perf.data stalled after 0 \
+             bytes (nothing for 1s)\n"
+        )
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(files_in(work.path()), Vec::<String>::new());
+
+    // Interrupted (Ctrl-C, kill) while its partial file exists: that file
+    // is removed, and snapctl ends by the signal.
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let mut child = std::process::Command::new(bin_path("snapctl"))
+            .args(["--timeout", "60s", "fleet", "--nats", &url])
+            .args(["fetch", "host-a/stuck"])
+            .current_dir(work.path())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn snapctl");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !files_in(work.path()).iter().any(|f| f.ends_with(".part")) {
+            assert!(Instant::now() < deadline, "no partial file in 15s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "snapctl ignored {signal}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.signal(), Some(signal as i32), "{status}");
+        assert_eq!(files_in(work.path()), Vec::<String>::new(), "{signal}");
+    }
 
     // The same directory takes the whole one (HOST/ID.perf.data works too).
     let out = snapctl_fleet(

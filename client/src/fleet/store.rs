@@ -326,10 +326,23 @@ pub async fn fetch(
         .suffix(".part")
         .tempfile_in(dir)
         .map_err(|e| local_error(dir, "create a file in", e))?;
+    let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut written: u64 = 0;
     loop {
-        let n = match tokio::time::timeout(timeout, object.read(&mut buf)).await {
+        let read = tokio::select! {
+            signal = interrupts.wait() => {
+                // The partial file goes first, then the signal does what
+                // it would have done.
+                drop(part);
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                return Err(target.error(format!(
+                    "the download of {name} was interrupted by signal {signal}; nothing written"
+                )));
+            }
+            read = tokio::time::timeout(timeout, object.read(&mut buf)) => read,
+        };
+        let n = match read {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
                 return Err(target.error(format!(
@@ -380,6 +393,63 @@ pub async fn fetch(
         path: out.to_path_buf(),
         snapshot,
     })
+}
+
+/// SIGINT, SIGTERM and SIGHUP caught during a download (instead of
+/// ending snapctl at once), so the partial file can be removed first.
+struct Interrupts {
+    pipes: Vec<(i32, signal_hook::SigId, tokio::net::UnixStream)>,
+}
+
+impl Interrupts {
+    fn catch() -> std::io::Result<Self> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut pipes = Vec::new();
+        for signal in [SIGINT, SIGTERM, SIGHUP] {
+            let (read, write) = std::os::unix::net::UnixStream::pair()?;
+            read.set_nonblocking(true)?;
+            let id = signal_hook::low_level::pipe::register(signal, write)?;
+            pipes.push((signal, id, tokio::net::UnixStream::from_std(read)?));
+        }
+        Ok(Self { pipes })
+    }
+
+    /// The first of the signals that arrives.
+    async fn wait(&self) -> i32 {
+        let [(int, _, a), (term, _, b), (hup, _, c)] = &self.pipes[..] else {
+            unreachable!("three signals are caught");
+        };
+        tokio::select! {
+            () = arrived(a) => *int,
+            () = arrived(b) => *term,
+            () = arrived(c) => *hup,
+        }
+    }
+}
+
+/// Once the signal's handler wrote to `pipe` (readiness alone may be
+/// spurious).
+async fn arrived(pipe: &tokio::net::UnixStream) {
+    loop {
+        if pipe.readable().await.is_err() {
+            break;
+        }
+        match pipe.try_read(&mut [0u8; 1]) {
+            Ok(1) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // Closed or failed: no signal will come this way.
+            _ => break,
+        }
+    }
+    std::future::pending().await
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        for (_, id, _) in &self.pipes {
+            signal_hook::low_level::unregister(*id);
+        }
+    }
 }
 
 #[cfg(test)]
