@@ -162,12 +162,9 @@ mod tests {
 
     #[test]
     fn headers_round_trip() {
-        let labels = [
-            ("role".to_string(), "db".to_string()),
-            ("zone".into(), "a".into()),
-        ]
-        .into_iter()
-        .collect();
+        let labels = [("role".to_string(), "db".to_string()), ("zone".into(), "a".into())]
+            .into_iter()
+            .collect();
         let h = ObjectHeaders::of("host-a", &labels, &info(), "SHA-256=abc".into());
         assert_eq!(
             h.object_name(),
@@ -188,10 +185,7 @@ mod tests {
         let e = ObjectHeaders::from_lookup(|n| (n != BYTES).then(|| "true".to_string()));
         assert_eq!(e.unwrap_err(), "header Flightrec-Bytes is missing");
         let e = ObjectHeaders::from_lookup(|n| Some(if n == BYTES { "x" } else { "true" }.into()));
-        assert_eq!(
-            e.unwrap_err(),
-            "header Flightrec-Bytes is not a number: \"x\""
-        );
+        assert_eq!(e.unwrap_err(), "header Flightrec-Bytes is not a number: \"x\"");
     }
 
     #[test]
