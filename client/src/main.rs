@@ -158,8 +158,9 @@ enum Command {
         /// The file holding --user's password.
         #[arg(long, value_name = "FILE", requires = "user")]
         password_file: Option<PathBuf>,
+        // Boxed: the other commands are much smaller.
         #[command(subcommand)]
-        command: FleetCommand,
+        command: Box<FleetCommand>,
     },
 }
 
@@ -443,7 +444,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
                 user,
                 password_file,
             };
-            return run_fleet(flags, command, json, timeout).await;
+            return run_fleet(flags, *command, json, timeout).await;
         }
         command => Args { command, ..args },
     };

@@ -300,7 +300,7 @@ fn fleet_list_and_fetch_return_real_snapshots_put_under_two_hosts() {
         perf_script(&fetched, &[]),
         perf_script(&path(&snaps[0]), &[])
     );
-    assert_eq!(files_in(work.path()), [a_file.clone()]);
+    assert_eq!(files_in(work.path()), [a_file.as_str()]);
 
     // -o names the file; --json describes what was written.
     let b_out = work.path().join("b.perf.data");
