@@ -404,6 +404,24 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
                 f.last_error
             ));
         }
+        if !f.upload_destinations.is_empty() {
+            let last = if f.last_upload_unix_ns > 0 {
+                format!(", last at {}", utc(f.last_upload_unix_ns))
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "uploads to {} (bucket {}): {} waiting, {} done{last}, {} failed attempts",
+                f.upload_destinations.join(", "),
+                f.bucket,
+                f.uploads_pending,
+                f.uploaded,
+                f.upload_failures
+            ));
+            if !f.last_upload_error.is_empty() {
+                out.push(format!("upload last error: {}", f.last_upload_error));
+            }
+        }
     }
     out.join("\n")
 }
@@ -420,6 +438,13 @@ fn fleet_status_json(f: Option<&pb::FleetStatus>) -> Value {
             "last_error_unix_ns": f.last_error_unix_ns,
             "requests": f.requests,
             "dumps": f.dumps,
+            "bucket": f.bucket,
+            "upload_destinations": f.upload_destinations,
+            "uploads_pending": f.uploads_pending,
+            "uploaded": f.uploaded,
+            "upload_failures": f.upload_failures,
+            "last_upload_error": f.last_upload_error,
+            "last_upload_unix_ns": f.last_upload_unix_ns,
         }),
     }
 }
@@ -456,6 +481,20 @@ pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
                 v["dumped"] = json!(t.dumped);
                 v["suppressed_by"] = json!(t.suppressed_by);
                 v["times"] = json!(t.times);
+            }
+            Some(Kind::Uploaded(u)) => {
+                v["event"] = json!("uploaded");
+                v["snapshot"] = snapshot_json(&u.snapshot.clone().unwrap_or_default());
+                v["destination"] = json!(u.destination);
+                v["object"] = json!(u.object);
+                v["seconds"] = json!(u.seconds);
+                v["already_there"] = json!(u.already_there);
+            }
+            Some(Kind::UploadFailed(f)) => {
+                v["event"] = json!("upload_failed");
+                v["id"] = json!(f.id);
+                v["destination"] = json!(f.destination);
+                v["error"] = json!(f.error);
             }
             None => v["event"] = json!("unknown"),
         }
@@ -497,6 +536,26 @@ pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
                 t.name, t.matched
             )
         }
+        Some(Kind::Uploaded(u)) => {
+            let s = u.snapshot.clone().unwrap_or_default();
+            let already = if u.already_there {
+                " (already there)"
+            } else {
+                ""
+            };
+            format!(
+                "{when} uploaded {} to {} as {} ({}, {:.2}s){already}",
+                s.id,
+                u.destination,
+                u.object,
+                human_bytes(s.bytes),
+                u.seconds
+            )
+        }
+        Some(Kind::UploadFailed(f)) => format!(
+            "{when} upload of {} to {} failed: {}",
+            f.id, f.destination, f.error
+        ),
         None => format!("{when} (unknown event)"),
     }
 }
@@ -669,8 +728,22 @@ mod tests {
             last_error_unix_ns: 1_763_676_693_000_000_000,
             requests: 2,
             dumps: 1,
+            bucket: "flightrec".into(),
+            upload_destinations: vec!["jetstream".into()],
+            uploads_pending: 3,
+            uploaded: 5,
+            upload_failures: 7,
+            last_upload_error: "cannot upload flightrec/h/x.perf.data: timed out".into(),
+            last_upload_unix_ns: 0,
         });
         let human = status(&reply, false);
+        assert!(
+            human.contains(
+                "uploads to jetstream (bucket flightrec): 3 waiting, 5 done, 7 failed attempts\n\
+                 upload last error: cannot upload flightrec/h/x.perf.data: timed out"
+            ),
+            "{human}"
+        );
         assert!(
             human.contains(
                 "fleet: connecting as host-a via nats://127.0.0.1:4222; 2 requests, 1 dumps\n\
@@ -685,6 +758,8 @@ mod tests {
             "cannot connect: authorization violation"
         );
         assert_eq!(v["fleet"]["servers"][0], "nats://127.0.0.1:4222");
+        assert_eq!(v["fleet"]["uploads_pending"], 3);
+        assert_eq!(v["fleet"]["upload_destinations"][0], "jetstream");
     }
 
     #[test]

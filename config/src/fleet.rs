@@ -53,8 +53,9 @@ impl<'de> Deserialize<'de> for NatsServers {
     }
 }
 
-/// `s3 = { url, endpoint, region }`: a second destination of uploads
-/// (parsed and checked; uploads are not built yet).
+/// `s3 = { url, endpoint, region, credentials_file }`: a second
+/// destination of uploads. A snapshot goes to `<prefix>/<host>/<id>.perf.data`
+/// in the bucket, its description as `x-amz-meta-*` metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
@@ -65,6 +66,11 @@ pub struct S3Config {
     pub endpoint: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<Spanned<String>>,
+    /// `AWS_ACCESS_KEY_ID=...`, `AWS_SECRET_ACCESS_KEY=...` and optionally
+    /// `AWS_SESSION_TOKEN=...` lines (as systemd's EnvironmentFile); default:
+    /// those variables in the daemon's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<Spanned<PathBuf>>,
 }
 
 /// `[fleet]`
@@ -102,9 +108,13 @@ pub struct FleetConfig {
     /// What describes this host (role, zone...), matched by `--select`.
     #[serde(default)]
     pub labels: BTreeMap<String, Spanned<String>>,
-    /// Ship every snapshot to the bucket (not built yet).
+    /// Ship every snapshot to the bucket (and to `s3` when set).
     #[serde(default = "default_upload")]
     pub upload: bool,
+    /// Copies JetStream keeps of the bucket when the daemon creates it
+    /// (1 to 5; 3 on a three-node cluster survives a node lost).
+    #[serde(default = "default_replicas")]
+    pub replicas: Spanned<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<Spanned<S3Config>>,
 }
@@ -119,6 +129,13 @@ fn default_bucket() -> Spanned<String> {
 
 fn default_upload() -> bool {
     true
+}
+
+/// Most replicas JetStream allows for a stream.
+pub const MAX_REPLICAS: u8 = 5;
+
+fn default_replicas() -> Spanned<u8> {
+    Spanned::new(0..0, 1)
 }
 
 impl FleetConfig {
@@ -241,6 +258,16 @@ impl FleetConfig {
                 .and_then(|()| check_label_value(value.get_ref()))
                 .map_err(|why| (value.span(), format!("fleet.labels: {why}")))?;
         }
+        let replicas = &self.replicas;
+        if !(1..=MAX_REPLICAS).contains(replicas.get_ref()) {
+            return Err((
+                replicas.span(),
+                format!(
+                    "fleet.replicas = {} is out of range: JetStream keeps 1 to {MAX_REPLICAS} copies",
+                    replicas.get_ref()
+                ),
+            ));
+        }
         if let Some(s3) = &self.s3 {
             s3.get_ref().validate()?;
         }
@@ -275,6 +302,21 @@ impl S3Config {
                 ),
             ));
         }
+        // Object keys cannot hold `.` or `..` segments (S3 clients resolve
+        // them as paths), nor be longer than 1024 bytes.
+        let prefix = url.get_ref()["s3://".len()..]
+            .split_once('/')
+            .map_or("", |(_, p)| p);
+        if prefix.split('/').any(|s| s == "." || s == "..") || prefix.len() > 512 {
+            return Err((
+                url.span(),
+                format!(
+                    "fleet.s3.url {}: the prefix must not hold . or .. segments and is at most \
+                     512 bytes",
+                    quoted(url.get_ref())
+                ),
+            ));
+        }
         if let Some(endpoint) = &self.endpoint {
             let e = endpoint.get_ref();
             let rest = e
@@ -288,6 +330,20 @@ impl S3Config {
                     format!(
                         "fleet.s3.endpoint {} is not an http:// or https:// URL",
                         quoted(e)
+                    ),
+                ));
+            }
+        }
+        if let Some(file) = &self.credentials_file {
+            let path = file.get_ref();
+            check_path(path)
+                .map_err(|why| (file.span(), format!("fleet.s3.credentials_file {why}")))?;
+            if !path.is_absolute() {
+                return Err((
+                    file.span(),
+                    format!(
+                        "fleet.s3.credentials_file {} must be an absolute path",
+                        quoted(&path.display().to_string())
                     ),
                 ));
             }
@@ -451,7 +507,7 @@ tls_ca = "/etc/flightrec/ca.pem"
 tls_cert = "/etc/flightrec/client.pem"
 tls_key = "/etc/flightrec/client.key"
 labels = { role = "db", zone = "eu-1a" }
-s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1" }
+s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", region = "eu-west-1", credentials_file = "/etc/flightrec/s3.env" }
 "#,
         )
         .unwrap();
@@ -473,6 +529,10 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
         );
         let s3 = fleet.s3.as_ref().unwrap().get_ref();
         assert_eq!(s3.url.get_ref(), "s3://snapshots/flightrec");
+        assert_eq!(
+            s3.credentials_file.as_ref().unwrap().get_ref(),
+            std::path::Path::new("/etc/flightrec/s3.env")
+        );
         // Printed back, it reads the same.
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg, "{}", cfg.to_toml());
     }
@@ -590,6 +650,24 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
     }
 
     #[test]
+    fn replicas_are_1_to_5() {
+        let cfg = parse("[fleet]\nnats = \"nats://x\"\nreplicas = 3\n").unwrap();
+        assert_eq!(*cfg.fleet.unwrap().get_ref().replicas.get_ref(), 3);
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\nreplicas = 0\n",
+            3,
+            12,
+            "fleet.replicas = 0 is out of range: JetStream keeps 1 to 5 copies",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\nreplicas = 6\n",
+            3,
+            12,
+            "out of range",
+        );
+    }
+
+    #[test]
     fn s3_is_checked() {
         rejected_at(
             "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"https://b/p\" }\n",
@@ -614,6 +692,24 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             3,
             26,
             "unknown field `key`",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt/a/../b\" }\n",
+            3,
+            14,
+            "the prefix must not hold . or .. segments",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"s3.env\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file \"s3.env\" must be an absolute path",
+        );
+        rejected_at(
+            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"\" }\n",
+            3,
+            45,
+            "fleet.s3.credentials_file is empty",
         );
     }
 }

@@ -23,8 +23,10 @@ use std::sync::OnceLock;
 
 mod nats;
 mod python;
-pub use nats::{NatsServer, free_port};
+mod s3;
+pub use nats::{NatsCluster, NatsServer, free_port};
 pub use python::{GRPC_PYTHON, PythonClient};
+pub use s3::{S3S_FS_VERSION, S3Server};
 
 /// A python3 script for the hostile-tracking test and benchmark: maps
 /// `sys.executable`'s first page `argv[1]` times with PROT_EXEC, forks

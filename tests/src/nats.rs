@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 
 pub struct NatsServer {
     pub port: u16,
+    /// HTTP monitoring (`/jsz`, `/varz`).
+    pub monitor_port: u16,
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
     child: Option<Child>,
     /// `--user` and `--pass`, when the server requires them.
     credentials: Option<(String, String)>,
+    /// More arguments (a cluster's name, routes...).
+    extra: Vec<String>,
 }
 
 impl NatsServer {
@@ -30,14 +34,20 @@ impl NatsServer {
 
     /// Starts one on `port` (e.g. where daemons already try to connect).
     pub fn start_on(port: u16, credentials: Option<(String, String)>) -> Self {
+        Self::start_with(port, credentials, Vec::new())
+    }
+
+    fn start_with(port: u16, credentials: Option<(String, String)>, extra: Vec<String>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("nats-server.log");
         let mut server = NatsServer {
             port,
+            monitor_port: free_port(),
             log,
             dir,
             child: None,
             credentials,
+            extra,
         };
         server.spawn();
         server
@@ -51,6 +61,8 @@ impl NatsServer {
             "127.0.0.1",
             "-p",
             &self.port.to_string(),
+            "-m",
+            &self.monitor_port.to_string(),
             "-js",
             "-sd",
         ])
@@ -58,6 +70,7 @@ impl NatsServer {
         if let Some((user, pass)) = &self.credentials {
             cmd.args(["--user", user, "--pass", pass]);
         }
+        cmd.args(&self.extra);
         let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
@@ -100,6 +113,48 @@ impl NatsServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Starts it again after [`kill`](Self::kill), on the same port and
+    /// JetStream store.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "nats-server is still running");
+        self.spawn();
+    }
+
+    /// SIGSTOP: the server holds its connections but answers nothing.
+    pub fn pause(&self) {
+        self.send(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.send(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn send(&self, signal: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().expect("nats-server is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal nats-server");
+    }
+
+    /// The state of JetStream stream `stream` from the monitoring port:
+    /// `{"messages", "bytes", "first_seq", "last_seq", ...}`; None when the
+    /// stream does not exist.
+    pub fn stream_state(&self, stream: &str) -> Option<serde_json::Value> {
+        let body = http_get(
+            self.monitor_port,
+            "/jsz?accounts=true&streams=true&config=false",
+        );
+        let jsz: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/jsz is not JSON ({e}): {body:.300}"));
+        jsz["account_details"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a["stream_detail"].as_array())
+            .flatten()
+            .find(|s| s["name"] == stream)
+            .map(|s| s["state"].clone())
+    }
+
     /// SIGKILL and wait.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -121,4 +176,94 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind a loopback port")
+}
+
+/// Three (or `n`) nats-servers with JetStream routed into one cluster on
+/// loopback ports.
+pub struct NatsCluster {
+    pub nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    pub fn start(n: usize) -> Self {
+        let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes: Vec<NatsServer> = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, cport)| {
+                let args = vec![
+                    "--server_name".to_string(),
+                    format!("n{}", i + 1),
+                    "--cluster_name".into(),
+                    "flightrec-test".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{cport}"),
+                    "--routes".into(),
+                    routes.clone(),
+                ];
+                NatsServer::start_with(free_port(), None, args)
+            })
+            .collect();
+        let cluster = NatsCluster { nodes };
+        cluster.wait_for_meta_leader();
+        cluster
+    }
+
+    /// Every node's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(NatsServer::url).collect()
+    }
+
+    /// JetStream in a cluster takes requests once its nodes elected a
+    /// meta leader.
+    fn wait_for_meta_leader(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let leader = self.nodes.iter().find_map(|n| {
+                let body = http_get(n.monitor_port, "/jsz");
+                let jsz: serde_json::Value = serde_json::from_str(&body).ok()?;
+                let leader = jsz["meta_cluster"]["leader"].as_str()?.to_string();
+                (!leader.is_empty()).then_some(leader)
+            });
+            if leader.is_some() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the JetStream cluster elected no leader in 30s:\n{}",
+                self.nodes
+                    .iter()
+                    .map(NatsServer::log_text)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The body of `GET path` on a loopback HTTP port.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the monitor port");
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send a request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.") && head.contains(" 200 ") => {
+            body.to_string()
+        }
+        _ => panic!("GET {path}: {response:.300}"),
+    }
 }

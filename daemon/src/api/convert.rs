@@ -154,6 +154,13 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             last_error_unix_ns: f.last_error_unix_ns,
             requests: f.requests,
             dumps: f.dumps,
+            upload_destinations: f.upload_destinations,
+            uploads_pending: f.uploads_pending,
+            uploaded: f.uploaded,
+            upload_failures: f.upload_failures,
+            last_upload_error: f.last_upload_error,
+            last_upload_unix_ns: f.last_upload_unix_ns,
+            bucket: f.bucket,
         }),
     }
 }
@@ -181,6 +188,22 @@ pub fn watch_event_pb(stamped: Stamped) -> pb::WatchEvent {
             dumped: t.dumped,
             suppressed_by: t.suppressed_by.into(),
             times: t.times,
+        }),
+        Event::Uploaded(u) => Kind::Uploaded(pb::SnapshotUploaded {
+            snapshot: Some(snapshot_pb(&u.snapshot)),
+            destination: u.destination,
+            object: u.object,
+            seconds: u.seconds,
+            already_there: u.already_there,
+        }),
+        Event::UploadFailed {
+            id,
+            destination,
+            error,
+        } => Kind::UploadFailed(pb::UploadFailed {
+            id,
+            destination,
+            error,
         }),
     };
     pb::WatchEvent {

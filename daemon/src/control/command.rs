@@ -320,11 +320,15 @@ impl State {
             tracking_ring_bytes_per_cpu: cfg.buffers.tracking.get_ref().bytes(),
             checkpoint_interval_bytes: cfg.tracking.checkpoint_interval.get_ref().bytes(),
             output_dir: cur.store.dir().to_path_buf(),
-            usage,
             last_dump: self.last_dump(),
             dumps: self.dumps(),
             triggers: self.trigger_statuses(),
-            fleet: self.fleet.report(),
+            // The queue as it is on disk now, not at the uploader's last pass.
+            fleet: self.fleet.report().map(|mut f| {
+                f.uploads_pending = usage.pending_uploads;
+                f
+            }),
+            usage,
         })))
     }
 }
@@ -388,6 +392,7 @@ mod tests {
             trigger: "api".into(),
             created_unix_ns,
             seq: 0,
+            pending_uploads: Vec::new(),
         }
     }
 

@@ -137,6 +137,9 @@ impl State {
                 self.dumps.fetch_add(1, Ordering::Relaxed);
                 self.credit_dump(&spec.kinds);
                 self.publish(Event::SnapshotCreated(snapshot.clone()));
+                if !snapshot.pending_uploads.is_empty() {
+                    self.fleet.wake_uploads();
+                }
                 let policy = retention_of(&cur.config.config);
                 if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
                     tracing::error!("retention after the dump failed: {e}");

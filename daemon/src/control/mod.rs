@@ -151,7 +151,7 @@ impl State {
         self.events.subscribe()
     }
 
-    fn publish(&self, event: Event) {
+    pub fn publish(&self, event: Event) {
         // No subscriber is not an error.
         let _ = self.events.send(Stamped {
             unix_ns: unix_ns(SystemTime::now()),
@@ -201,10 +201,22 @@ impl State {
             .store
             .apply_retention(policy, protect, SystemTime::now())?;
         for s in &removed {
-            tracing::info!(id = %s.id, bytes = s.bytes, "snapshot removed by retention");
+            let reason = if s.pending_uploads.is_empty() {
+                tracing::info!(id = %s.id, bytes = s.bytes, "snapshot removed by retention");
+                "retention"
+            } else {
+                tracing::warn!(
+                    id = %s.id,
+                    bytes = s.bytes,
+                    destinations = %s.pending_uploads.join(","),
+                    "snapshot removed before its upload: retention.max_bytes forced it (every \
+                     snapshot already uploaded was removed first)"
+                );
+                "retention.max_bytes, before its upload"
+            };
             self.publish(Event::SnapshotRemoved {
                 snapshot: s.clone(),
-                reason: "retention",
+                reason,
             });
         }
         if let (Some(id), Some(limit)) = (protect, policy.max_bytes)

@@ -64,6 +64,26 @@ pub enum Event {
     },
     Loss(Loss),
     TriggerFired(TriggerFired),
+    Uploaded(Uploaded),
+    UploadFailed {
+        id: String,
+        destination: String,
+        error: String,
+    },
+}
+
+/// A snapshot reached an upload destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Uploaded {
+    pub snapshot: SnapshotInfo,
+    /// "jetstream" or "s3".
+    pub destination: String,
+    /// Where it is: `<bucket>/<host>/<id>.perf.data`, or the S3 URL.
+    pub object: String,
+    pub seconds: f64,
+    /// It was already there (an upload cut short by a restart had in fact
+    /// completed): nothing was sent again.
+    pub already_there: bool,
 }
 
 /// A `[[trigger]]` condition was met.

@@ -70,6 +70,8 @@ impl State {
         let store = if o.daemon.output_dir != n.daemon.output_dir {
             let (store, removed) = Store::open(&n.daemon.output_dir, &host_name())?;
             log_removed_temps(&removed);
+            // [fleet] changes at restart only: the same destinations.
+            store.set_upload_destinations(old.store.upload_destinations());
             changes.push("output_dir".into());
             Arc::new(store)
         } else {

@@ -119,6 +119,10 @@ async fn serve(
     let (store, removed) = Store::open(&cfg.daemon.output_dir, &host_name())?;
     log_removed_temps(&removed);
     store.set_group(group.as_ref().map(|g| g.1))?;
+    // Queued from the first dump on, whether NATS is up yet or not.
+    if let Some(fleet) = &cfg.fleet {
+        store.set_upload_destinations(crate::fleet::upload::destinations(fleet.get_ref()));
+    }
     let socket_path = cfg.daemon.socket.clone();
     // Refuse early if another daemon owns the socket, before opening rings.
     api::socket::check_socket_free(&socket_path).await?;

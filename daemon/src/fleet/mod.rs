@@ -9,8 +9,11 @@
 //! recording: the connection is made in the background, retried forever,
 //! and its state and last error are shown by `Status`.
 
+pub mod jetstream;
 pub mod object;
 pub mod request;
+pub mod s3;
+pub mod upload;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,23 +52,40 @@ pub struct FleetReport {
     pub requests: u64,
     /// Replies sent with a snapshot.
     pub dumps: u64,
+    pub bucket: String,
+    /// "jetstream", "s3"; empty with `upload = false`.
+    pub upload_destinations: Vec<String>,
+    pub uploads_pending: u32,
+    pub uploaded: u64,
+    pub upload_failures: u64,
+    pub last_upload_error: String,
+    pub last_upload_unix_ns: i64,
 }
 
 /// Shared between the connection task, its event callback and `Status`;
 /// None without `[fleet]`.
 #[derive(Debug, Default)]
-pub struct FleetStatus(Mutex<Option<FleetReport>>);
+pub struct FleetStatus {
+    report: Mutex<Option<FleetReport>>,
+    /// Wakes the uploader: a snapshot was written.
+    uploads: tokio::sync::Notify,
+}
 
 impl FleetStatus {
+    /// A snapshot was written: the uploader looks at the queue now.
+    pub fn wake_uploads(&self) {
+        self.uploads.notify_one();
+    }
+
     pub fn report(&self) -> Option<FleetReport> {
         self.lock().clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<FleetReport>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.report.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn update(&self, f: impl FnOnce(&mut FleetReport)) {
+    pub(crate) fn update(&self, f: impl FnOnce(&mut FleetReport)) {
         if let Some(r) = self.lock().as_mut() {
             f(r);
         }
@@ -97,10 +117,13 @@ pub fn fleet_host(fleet: &FleetConfig) -> String {
 pub async fn run(state: Arc<State>, fleet: FleetConfig) {
     let host = fleet_host(&fleet);
     let status = state.fleet.clone();
+    let destinations = upload::destinations(&fleet);
     *status.lock() = Some(FleetReport {
         state: "connecting",
         host: host.clone(),
         servers: fleet.servers().to_vec(),
+        bucket: fleet.bucket.get_ref().clone(),
+        upload_destinations: destinations.clone(),
         ..FleetReport::default()
     });
     if let Err(why) = check_host(&host) {
@@ -123,6 +146,18 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
     };
     let prefix = fleet.subject.get_ref();
     let labels = fleet.label_map();
+    if !destinations.is_empty() {
+        let uploader = upload::Uploader {
+            state: state.clone(),
+            client: client.clone(),
+            host: host.clone(),
+            labels: labels.clone(),
+            bucket: fleet.bucket.get_ref().clone(),
+            replicas: usize::from(*fleet.replicas.get_ref()),
+            s3: fleet.s3.as_ref().map(|s| s.get_ref().clone()),
+        };
+        tokio::spawn(uploader.run());
+    }
     let subjects = [format!("{prefix}.dump"), format!("{prefix}.dump.{host}")];
     let mut requests = match subscribe(&client, &subjects).await {
         Ok(s) => s,
@@ -325,6 +360,8 @@ fn on_event(status: &FleetStatus, servers: &str, event: NatsEvent) {
         NatsEvent::Connected => {
             tracing::info!("fleet: connected to NATS ({servers})");
             status.set_state("connected");
+            // Back after an outage: the queue goes now, not at the next retry.
+            status.wake_uploads();
         }
         NatsEvent::Disconnected => {
             status.set_state("disconnected");

@@ -82,15 +82,11 @@ impl ObjectHeaders {
         object_name(&self.host, &self.id)
     }
 
-    /// (name, value) pairs; labels as `k=v,k=v` (keys and values are
-    /// checked by the config: no `,` or `=` in them).
+    /// (name, value) pairs; labels as a JSON object (values may hold any
+    /// character but control characters, which JSON escapes).
     pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
-        let labels = self
-            .labels
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        // A map of strings always serializes.
+        let labels = serde_json::to_string(&self.labels).unwrap_or_default();
         vec![
             (HOST, self.host.clone()),
             (ID, self.id.clone()),
@@ -114,13 +110,11 @@ impl ObjectHeaders {
                 .parse()
                 .map_err(|_| format!("header {name} is not a number: {text:?}"))
         };
-        let labels = get(LABELS)
-            .unwrap_or_default()
-            .split(',')
-            .filter(|p| !p.is_empty())
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let labels = match get(LABELS).filter(|l| !l.is_empty()) {
+            None => BTreeMap::new(),
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| format!("header {LABELS} is not a JSON object of strings: {e}"))?,
+        };
         let compressed = match need(COMPRESSED)?.as_str() {
             "true" => true,
             "false" => false,
@@ -157,21 +151,25 @@ mod tests {
             trigger: "fleet+signal".into(),
             created_unix_ns: 1_795_500_000_123_456_789,
             seq: 7,
+            pending_uploads: Vec::new(),
         }
     }
 
     #[test]
     fn headers_round_trip() {
-        let labels = [("role".to_string(), "db".to_string()), ("zone".into(), "a".into())]
-            .into_iter()
-            .collect();
+        let labels = [
+            ("role".to_string(), "db".to_string()),
+            ("zone".into(), "a,b=c".into()),
+        ]
+        .into_iter()
+        .collect();
         let h = ObjectHeaders::of("host-a", &labels, &info(), "SHA-256=abc".into());
         assert_eq!(
             h.object_name(),
             "host-a/box-20261123T180000Z-000007-incident.perf.data"
         );
         let pairs = h.to_pairs();
-        assert!(pairs.contains(&(LABELS, "role=db,zone=a".to_string())));
+        assert!(pairs.contains(&(LABELS, r#"{"role":"db","zone":"a,b=c"}"#.to_string())));
         let lower: BTreeMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
@@ -182,10 +180,21 @@ mod tests {
 
     #[test]
     fn bad_headers_are_named() {
-        let e = ObjectHeaders::from_lookup(|n| (n != BYTES).then(|| "true".to_string()));
+        let value = |n: &str| if n == LABELS { "{}" } else { "true" }.to_string();
+        let e = ObjectHeaders::from_lookup(|n| (n != BYTES).then(|| value(n)));
         assert_eq!(e.unwrap_err(), "header Flightrec-Bytes is missing");
-        let e = ObjectHeaders::from_lookup(|n| Some(if n == BYTES { "x" } else { "true" }.into()));
-        assert_eq!(e.unwrap_err(), "header Flightrec-Bytes is not a number: \"x\"");
+        let e =
+            ObjectHeaders::from_lookup(|n| Some(if n == BYTES { "x".into() } else { value(n) }));
+        assert_eq!(
+            e.unwrap_err(),
+            "header Flightrec-Bytes is not a number: \"x\""
+        );
+        let e =
+            ObjectHeaders::from_lookup(|n| Some(if n == LABELS { "[1]" } else { "true" }.into()));
+        assert!(
+            e.unwrap_err()
+                .starts_with("header Flightrec-Labels is not a JSON object of strings"),
+        );
     }
 
     #[test]

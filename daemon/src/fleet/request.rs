@@ -214,6 +214,7 @@ mod tests {
             trigger: "fleet".into(),
             created_unix_ns: 17,
             seq: 1,
+            pending_uploads: Vec::new(),
         };
         let v: serde_json::Value =
             serde_json::from_slice(&FleetReply::snapshot("host-a", &s, false).to_json()).unwrap();

@@ -21,6 +21,8 @@ pub struct SnapshotInfo {
     pub trigger: String,
     pub created_unix_ns: i64,
     pub seq: u64,
+    /// Destinations ("jetstream", "s3") it still waits to be uploaded to.
+    pub pending_uploads: Vec<String>,
 }
 
 /// The sidecar `.<id>.meta`.
@@ -28,6 +30,11 @@ pub struct SnapshotInfo {
 pub(super) struct Meta {
     pub(super) trigger: String,
     pub(super) created_unix_ns: i64,
+    /// The upload queue: destinations not reached yet. Written with the
+    /// sidecar, before the snapshot exists, so a crash at any point leaves
+    /// either no snapshot or one still queued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) uploads: Vec<String>,
 }
 
 impl Store {
@@ -47,7 +54,9 @@ impl Store {
         let meta: Option<Meta> = fs::read(self.sidecar_path(&id))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
+        let pending_uploads = meta.as_ref().map_or_else(Vec::new, |m| m.uploads.clone());
         Ok(SnapshotInfo {
+            pending_uploads,
             bytes: md.len(),
             compressed: read_compressed_flag(&path),
             label: n.label.clone(),

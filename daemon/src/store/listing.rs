@@ -10,6 +10,8 @@ pub struct Usage {
     pub snapshots: u32,
     pub bytes: u64,
     pub disk_free_bytes: u64,
+    /// Snapshots still waiting for an upload.
+    pub pending_uploads: u32,
 }
 
 impl Store {
@@ -50,6 +52,12 @@ impl Store {
             snapshots: u32::try_from(list.len()).unwrap_or(u32::MAX),
             bytes: list.iter().map(|s| s.bytes).sum(),
             disk_free_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
+            pending_uploads: u32::try_from(
+                list.iter()
+                    .filter(|s| !s.pending_uploads.is_empty())
+                    .count(),
+            )
+            .unwrap_or(u32::MAX),
         })
     }
 }

@@ -8,7 +8,7 @@ use std::io;
 use super::{RewriteError, SnapshotInfo, Store, StoreError, give_to_group, parse_id};
 
 /// Holds a snapshot's id in [`Store::busy`] until dropped.
-struct SnapshotLock<'a> {
+pub(super) struct SnapshotLock<'a> {
     store: &'a Store,
     id: String,
 }
@@ -24,7 +24,7 @@ impl Drop for SnapshotLock<'_> {
 impl Store {
     /// Waits until no one else compresses or removes snapshot `id`, and
     /// keeps it that way until the lock is dropped.
-    fn lock_snapshot(&self, id: &str) -> SnapshotLock<'_> {
+    pub(super) fn lock_snapshot(&self, id: &str) -> SnapshotLock<'_> {
         let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
         while busy.contains(id) {
             busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());

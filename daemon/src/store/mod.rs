@@ -23,6 +23,7 @@ pub mod name;
 mod prune;
 mod reservation;
 pub mod retention;
+mod uploads;
 
 use std::collections::HashSet;
 use std::fs;
@@ -163,6 +164,8 @@ pub struct Store {
     /// Ids of snapshots being compressed or removed.
     busy: Mutex<HashSet<String>>,
     freed: Condvar,
+    /// Destinations new snapshots are queued for (see `uploads`).
+    uploads: Mutex<Vec<String>>,
 }
 
 /// Gives `path` to `gid` (ownership stays root's); failures are logged,
@@ -186,6 +189,7 @@ impl Store {
             group: Mutex::new(None),
             busy: Mutex::new(HashSet::new()),
             freed: Condvar::new(),
+            uploads: Mutex::new(Vec::new()),
         };
         store.ensure_dir()?;
         let mut removed = Vec::new();

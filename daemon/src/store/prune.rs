@@ -11,6 +11,7 @@ pub fn retention_entries(all: &[SnapshotInfo]) -> Vec<retention::Entry> {
         .map(|s| retention::Entry {
             created_unix_ns: s.created_unix_ns,
             bytes: s.bytes,
+            pending_upload: !s.pending_uploads.is_empty(),
         })
         .collect()
 }

@@ -2,14 +2,10 @@
 //! written first so every listed snapshot has one.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::SystemTime;
 
 use super::info::Meta;
-use super::{
-    SnapshotName, Store, StoreError, give_to_group, meta_file_name, unix_ns, validate_label,
-};
+use super::{SnapshotName, Store, StoreError, unix_ns, validate_label};
 
 /// A name handed out for a dump about to be written.
 #[derive(Debug, Clone)]
@@ -61,32 +57,9 @@ impl Store {
         let meta = Meta {
             trigger: r.trigger.clone(),
             created_unix_ns,
+            uploads: self.upload_destinations(),
         };
-        let final_path = self.sidecar_path(&r.id());
-        let tmp = self.dir.join(format!(
-            "{}.tmp-{}",
-            meta_file_name(&r.id()),
-            std::process::id()
-        ));
-        let write = || -> io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o640)
-                .open(&tmp)?;
-            give_to_group(&tmp, self.group());
-            f.write_all(&serde_json::to_vec(&meta).map_err(io::Error::other)?)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &final_path)
-        };
-        write().map_err(|source| {
-            let _ = fs::remove_file(&tmp);
-            StoreError::WriteMeta {
-                path: final_path.clone(),
-                source,
-            }
-        })?;
+        self.write_sidecar(&r.id(), &meta)?;
         Ok(r)
     }
 

@@ -41,6 +41,8 @@ impl RetentionPolicy {
 pub struct Entry {
     pub created_unix_ns: i64,
     pub bytes: u64,
+    /// Still waiting for an upload: only the byte budget may remove it.
+    pub pending_upload: bool,
 }
 
 /// Indices (into `entries`, which must be sorted oldest first) of the
@@ -48,6 +50,10 @@ pub struct Entry {
 /// both the count and the byte budget hold. `protect` (the snapshot just
 /// written) is never chosen: if it alone exceeds the byte budget the budget
 /// is left exceeded and the next pass removes it.
+///
+/// A snapshot waiting for an upload is kept past `max_age` and
+/// `max_snapshots`; only the byte budget removes one, and only once every
+/// snapshot not waiting is gone (the caller says so: it is a loss).
 pub fn plan(
     entries: &[Entry],
     policy: &RetentionPolicy,
@@ -58,7 +64,10 @@ pub fn plan(
     if let Some(age) = policy.max_age {
         let age_ns = i64::try_from(age.as_nanos()).unwrap_or(i64::MAX);
         for (i, e) in entries.iter().enumerate() {
-            if Some(i) != protect && now_unix_ns.saturating_sub(e.created_unix_ns) > age_ns {
+            if Some(i) != protect
+                && !e.pending_upload
+                && now_unix_ns.saturating_sub(e.created_unix_ns) > age_ns
+            {
                 remove[i] = true;
             }
         }
@@ -70,20 +79,27 @@ pub fn plan(
         .filter(|(_, r)| !**r)
         .map(|(e, _)| e.bytes)
         .sum();
-    let over = |count: u64, bytes: u64| {
-        policy.max_snapshots.is_some_and(|m| count > u64::from(m))
-            || policy.max_bytes.is_some_and(|m| bytes > m)
-    };
-    for (i, e) in entries.iter().enumerate() {
-        if !over(count, bytes) {
-            break;
+    let over_count = |count: u64| policy.max_snapshots.is_some_and(|m| count > u64::from(m));
+    let over_bytes = |bytes: u64| policy.max_bytes.is_some_and(|m| bytes > m);
+    // Those not waiting for an upload first, for either limit; then, for
+    // the byte budget alone, those waiting.
+    for waiting in [false, true] {
+        for (i, e) in entries.iter().enumerate() {
+            let over = if waiting {
+                over_bytes(bytes)
+            } else {
+                over_count(count) || over_bytes(bytes)
+            };
+            if !over {
+                break;
+            }
+            if remove[i] || Some(i) == protect || e.pending_upload != waiting {
+                continue;
+            }
+            remove[i] = true;
+            count -= 1;
+            bytes -= e.bytes;
         }
-        if remove[i] || Some(i) == protect {
-            continue;
-        }
-        remove[i] = true;
-        count -= 1;
-        bytes -= e.bytes;
     }
     remove
         .iter()
@@ -105,6 +121,7 @@ mod tests {
             .map(|(i, &bytes)| Entry {
                 created_unix_ns: (i as i64 + 1) * S,
                 bytes,
+                pending_upload: false,
             })
             .collect()
     }
@@ -143,6 +160,27 @@ mod tests {
         assert_eq!(plan(&e, &p, 100 * S, Some(1)), vec![0]);
         // Without protection the next pass removes it.
         assert_eq!(plan(&e, &p, 100 * S, None), vec![0, 1]);
+    }
+
+    #[test]
+    fn snapshots_waiting_for_upload_yield_only_to_the_byte_budget() {
+        let waiting = |mut e: Vec<Entry>, which: &[usize]| {
+            for &i in which {
+                e[i].pending_upload = true;
+            }
+            e
+        };
+        // Count and age limits pass over the waiting ones (0 and 1).
+        let p = RetentionPolicy::from_limits(1, 0, Duration::from_secs(1));
+        let e = waiting(entries(&[1, 1, 1, 1]), &[0, 1]);
+        assert_eq!(plan(&e, &p, 100 * S, Some(3)), vec![2]);
+        // The byte budget takes the others first, oldest first...
+        let p = RetentionPolicy::from_limits(0, 100, Duration::ZERO);
+        let e = waiting(entries(&[50, 40, 30, 20]), &[0]);
+        assert_eq!(plan(&e, &p, 10 * S, None), vec![1]);
+        // ...and a waiting one only when the rest is not enough.
+        let e = waiting(entries(&[50, 40, 30, 20]), &[0, 1]);
+        assert_eq!(plan(&e, &p, 10 * S, Some(3)), vec![0, 2]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss"
+        default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss,fleet"
     )]
     pub only: Vec<String>,
     /// Also write the results as Markdown to this file.

@@ -67,6 +67,15 @@ pub struct Setup {
     /// flightrec's `buffers.lossless_freeze` (standby rings); false pauses
     /// the rings for the copy, as perf does.
     pub lossless_freeze: bool,
+    /// Join a fleet: `[fleet]` on this loopback NATS port as this host
+    /// (flightrec only).
+    pub fleet: Option<FleetSetup>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FleetSetup {
+    pub nats_port: u16,
+    pub host: &'static str,
 }
 
 impl Setup {
@@ -80,6 +89,7 @@ impl Setup {
             exec_trigger: None,
             monotonic: false,
             lossless_freeze: true,
+            fleet: None,
         }
     }
 }
@@ -156,13 +166,20 @@ impl Recorder {
                     ),
                     None => String::new(),
                 };
+                let fleet = match setup.fleet {
+                    Some(f) => format!(
+                        "[fleet]\nnats = \"nats://127.0.0.1:{}\"\nhost = \"{}\"\n\n",
+                        f.nats_port, f.host
+                    ),
+                    None => String::new(),
+                };
                 std::fs::write(
                     &config,
                     format!(
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
                          [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
-                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n",
+                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n{fleet}",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,

@@ -2,6 +2,7 @@
 //! one table.
 
 mod compression;
+mod fleet;
 mod loss;
 mod memory;
 mod overhead;
@@ -17,6 +18,7 @@ use crate::MIB;
 use crate::workload::BackgroundLoad;
 
 pub use compression::compression;
+pub use fleet::fleet;
 pub use loss::loss;
 pub use memory::{dump_vs_log_fill, memory};
 pub use overhead::overhead;

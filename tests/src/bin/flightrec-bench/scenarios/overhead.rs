@@ -23,11 +23,7 @@ enum Under {
 pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Section> {
     let setup = Setup {
         events,
-        ring_bytes_per_cpu: 4 * MIB,
-        compression: None,
-        exec_trigger: None,
-        monotonic: false,
-        lossless_freeze: true,
+        ..Setup::switch_and_clock(4 * MIB)
     };
     let mut wall: [Vec<f64>; 3] = Default::default();
     let mut cpu_share: [Vec<f64>; 2] = Default::default();

@@ -1,0 +1,804 @@
+//! The S3 destination of uploads (`[fleet] s3`): a snapshot goes to
+//! `<prefix>/<host>/<id>.perf.data` in the bucket, its [`ObjectHeaders`] as
+//! user metadata (`x-amz-meta-flightrec-host`, ...), through any
+//! S3-compatible server (`endpoint`) or AWS.
+//!
+//! Files are streamed: up to [`PART_SIZE`] in one PUT, bigger ones in
+//! parts of that size with at most [`PARTS_IN_FLIGHT`] being sent, so
+//! memory stays bounded whatever the snapshot's size. Uploads are
+//! idempotent by key and size (and digest, when known), so the queue can
+//! retry one that was cut short and in fact completed.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use flightrec_config::{S3Config, quoted};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::client::{HttpError, HttpErrorKind};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
+};
+use tokio::io::AsyncReadExt;
+
+use super::object::ObjectHeaders;
+
+/// Files up to this size go in one PUT; bigger ones in parts of this size
+/// (S3 wants at least 5 MiB per part but the last).
+pub const PART_SIZE: usize = 8 << 20;
+/// Parts being sent at once: memory is at most `(PARTS_IN_FLIGHT + 1) *
+/// PART_SIZE` per upload.
+pub const PARTS_IN_FLIGHT: usize = 2;
+/// Most bytes of user metadata S3 takes (names and values, UTF-8).
+pub const MAX_METADATA_BYTES: usize = 2048;
+/// Region when none is configured (what S3-compatible servers expect).
+pub const DEFAULT_REGION: &str = "us-east-1";
+/// The environment variables (and credentials file lines) read.
+pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+pub const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
+
+/// Keys to sign requests with. Debug hides the secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<hidden>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
+}
+
+impl S3Credentials {
+    /// From variables looked up by `get`; `source` says where they were
+    /// looked for, and `hint` what else to do when none is there.
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        source: &str,
+        hint: &str,
+    ) -> Result<Self, String> {
+        let get = |name: &str| get(name).filter(|v| !v.is_empty());
+        match (get(ACCESS_KEY_ID), get(SECRET_ACCESS_KEY)) {
+            (Some(access_key_id), Some(secret_access_key)) => Ok(Self {
+                access_key_id,
+                secret_access_key,
+                session_token: get(SESSION_TOKEN),
+            }),
+            (None, None) => Err(format!(
+                "no S3 credentials: {ACCESS_KEY_ID} and {SECRET_ACCESS_KEY} are not set in \
+                 {source}{hint}"
+            )),
+            (None, Some(_)) => Err(format!(
+                "{ACCESS_KEY_ID} is not set in {source} ({SECRET_ACCESS_KEY} is)"
+            )),
+            (Some(_), None) => Err(format!(
+                "{SECRET_ACCESS_KEY} is not set in {source} ({ACCESS_KEY_ID} is)"
+            )),
+        }
+    }
+
+    /// From the daemon's environment.
+    pub fn from_env() -> Result<Self, String> {
+        Self::from_lookup(
+            |n| std::env::var(n).ok(),
+            "the daemon's environment",
+            " (set them, or fleet.s3.credentials_file)",
+        )
+    }
+
+    /// From a credentials file's text: `NAME=value` lines as systemd's
+    /// EnvironmentFile reads them (blank lines and `#`/`;` comments skipped,
+    /// an optional `export `, values optionally quoted). Other variables are
+    /// ignored, so the file may hold more. Errors name the file and line
+    /// (never the line's text: it may hold a secret).
+    pub fn parse_file(file: &Path, text: &str) -> Result<Self, String> {
+        let name = quoted(&file.display().to_string());
+        let mut vars = std::collections::HashMap::new();
+        for (index, line) in text.lines().enumerate() {
+            let at = || format!("fleet.s3.credentials_file {name} line {}", index + 1);
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(format!(
+                    "{}: not NAME=value (e.g. {ACCESS_KEY_ID}=AKIA...)",
+                    at()
+                ));
+            };
+            let key = key.trim();
+            let key_ok = key.chars().next().is_some_and(|c| !c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !key_ok {
+                return Err(format!(
+                    "{}: {} is not a variable name (letters, digits and _)",
+                    at(),
+                    quoted(key)
+                ));
+            }
+            let value = value.trim();
+            let value = match value.as_bytes() {
+                [q @ (b'"' | b'\''), .., last] if last == q => &value[1..value.len() - 1],
+                [b'"' | b'\'', ..] => {
+                    return Err(format!("{}: the value of {key} has no closing quote", at()));
+                }
+                _ => value,
+            };
+            vars.insert(key.to_string(), value.to_string());
+        }
+        Self::from_lookup(
+            |n| vars.get(n).cloned(),
+            &format!("fleet.s3.credentials_file {name}"),
+            &format!(" (it needs {ACCESS_KEY_ID}=... and {SECRET_ACCESS_KEY}=... lines)"),
+        )
+    }
+
+    /// From `path`, read now.
+    pub fn read_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read fleet.s3.credentials_file {}: {e}",
+                quoted(&path.display().to_string())
+            )
+        })?;
+        Self::parse_file(path, &text)
+    }
+}
+
+/// `s3://bucket/prefix` as (bucket, prefix): the prefix without leading,
+/// trailing or doubled slashes, "" for none.
+pub fn parse_url(url: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("fleet.s3.url {} does not start with s3://", quoted(url)))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(format!("fleet.s3.url {} has no bucket", quoted(url)));
+    }
+    let prefix = prefix
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok((bucket.to_string(), prefix))
+}
+
+/// The key of `object_name` under `prefix` (as [`parse_url`] returns it).
+pub fn object_key(prefix: &str, object_name: &str) -> String {
+    if prefix.is_empty() {
+        object_name.to_string()
+    } else {
+        format!("{prefix}/{object_name}")
+    }
+}
+
+/// A header value as S3 user metadata can carry it: printable ASCII as is,
+/// anything else (a label in another script, edge spaces) as RFC 2047
+/// `=?UTF-8?B?...?=`, the form S3 itself returns non-ASCII metadata in.
+pub fn encode_metadata_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !value.starts_with("=?");
+    if plain {
+        value.to_string()
+    } else {
+        format!("=?UTF-8?B?{}?=", BASE64.encode(value))
+    }
+}
+
+/// Back from [`encode_metadata_value`]; other values are returned as
+/// they are.
+pub fn decode_metadata_value(value: &str) -> String {
+    value
+        .strip_prefix("=?UTF-8?B?")
+        .or_else(|| value.strip_prefix("=?utf-8?b?"))
+        .and_then(|v| v.strip_suffix("?="))
+        .and_then(|b64| BASE64.decode(b64).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// The metadata of an object: every header, its name lowercased.
+pub fn metadata_attributes(headers: &ObjectHeaders) -> Attributes {
+    headers
+        .to_pairs()
+        .into_iter()
+        .map(|(name, value)| {
+            (
+                Attribute::Metadata(name.to_ascii_lowercase().into()),
+                AttributeValue::from(encode_metadata_value(&value)),
+            )
+        })
+        .collect()
+}
+
+/// Bytes of user metadata as S3 counts them: names (without
+/// `x-amz-meta-`) and values as sent.
+pub fn metadata_bytes(attributes: &Attributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value)| match name {
+            Attribute::Metadata(n) => n.len() + value.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Uploads to one bucket (and prefix) of an S3-compatible store. Cheap to
+/// clone (one connection pool).
+#[derive(Clone)]
+pub struct S3Destination {
+    store: Arc<AmazonS3>,
+    bucket: String,
+    prefix: String,
+    /// As configured (no trailing slash), None for AWS.
+    endpoint: Option<String>,
+    region: String,
+}
+
+/// Never the credentials.
+impl fmt::Debug for S3Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("S3Destination")
+            .field(&self.describe())
+            .finish()
+    }
+}
+
+impl S3Destination {
+    /// From `[fleet] s3`; credentials from the environment
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or from
+    /// `s3.credentials_file` when set. Errors say what is wrong.
+    pub fn new(s3: &S3Config) -> Result<Self, String> {
+        let credentials = match &s3.credentials_file {
+            Some(file) => S3Credentials::read_file(file.get_ref())?,
+            None => S3Credentials::from_env()?,
+        };
+        Self::with_credentials(s3, credentials)
+    }
+
+    /// With the credentials given.
+    pub fn with_credentials(s3: &S3Config, credentials: S3Credentials) -> Result<Self, String> {
+        let (bucket, prefix) = parse_url(s3.url.get_ref())?;
+        let endpoint = s3
+            .endpoint
+            .as_ref()
+            .map(|e| e.get_ref().trim_end_matches('/').to_string());
+        let region = s3
+            .region
+            .as_ref()
+            .map_or(DEFAULT_REGION, |r| r.get_ref().as_str())
+            .to_string();
+        let client = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            // A part or a small file is at most PART_SIZE: 120 s allows
+            // links down to about 70 kB/s.
+            .with_timeout(Duration::from_secs(120))
+            .with_allow_http(
+                endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://")),
+            );
+        // The upload queue retries with its own backoff: a few quick retries
+        // here ride out a blip without holding the queue for minutes.
+        let retry = RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(30),
+        };
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&bucket)
+            .with_region(&region)
+            .with_access_key_id(credentials.access_key_id)
+            .with_secret_access_key(credentials.secret_access_key)
+            .with_client_options(client)
+            .with_retry(retry)
+            // S3-compatible servers are addressed by path (a bucket in the
+            // host name needs DNS for it); AWS by virtual host.
+            .with_virtual_hosted_style_request(endpoint.is_none());
+        if let Some(token) = credentials.session_token {
+            builder = builder.with_token(token);
+        }
+        if let Some(endpoint) = &endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let store = builder
+            .build()
+            .map_err(|e| format!("fleet.s3: {}", one_line(&e.to_string())))?;
+        Ok(Self {
+            store: Arc::new(store),
+            bucket,
+            prefix,
+            endpoint,
+            region,
+        })
+    }
+
+    /// "s3://bucket/prefix (endpoint http://127.0.0.1:9000)": for logs and
+    /// Status.
+    pub fn describe(&self) -> String {
+        let url = match self.prefix.as_str() {
+            "" => format!("s3://{}", self.bucket),
+            prefix => format!("s3://{}/{prefix}", self.bucket),
+        };
+        match &self.endpoint {
+            Some(e) => format!("{url} (endpoint {e})"),
+            None => format!("{url} (AWS, region {})", self.region),
+        }
+    }
+
+    /// The key of a snapshot in the bucket.
+    pub fn key(&self, headers: &ObjectHeaders) -> String {
+        object_key(&self.prefix, &headers.object_name())
+    }
+
+    /// `s3://bucket/key` of a snapshot, as Watch and the log show it.
+    pub fn url(&self, headers: &ObjectHeaders) -> String {
+        format!("s3://{}/{}", self.bucket, self.key(headers))
+    }
+
+    /// Uploads the file at `path` under its key with the headers as
+    /// metadata. Idempotent: when an object with that key and the same size
+    /// already exists (an upload cut short by a restart that in fact
+    /// completed), it does nothing and returns Ok(false); Ok(true) when it
+    /// uploaded. When both the object and `headers` have a digest, they must
+    /// match too. Memory stays bounded (see [`PART_SIZE`]).
+    ///
+    /// An upload dropped half-way (shutdown) may leave parts of a multipart
+    /// upload on the server, never an object; S3 drops them by a lifecycle
+    /// rule (AbortIncompleteMultipartUpload).
+    pub async fn upload(&self, path: &Path, headers: &ObjectHeaders) -> Result<bool, String> {
+        let key = self.key(headers);
+        let fail = |cause: String| {
+            format!(
+                "cannot upload s3://{}/{key} to {}: {cause}",
+                self.bucket,
+                self.endpoint.as_deref().unwrap_or("AWS")
+            )
+        };
+        let location = ObjectPath::parse(&key)
+            .map_err(|e| fail(format!("{} is not a valid key: {e}", quoted(&key))))?;
+        let attributes = metadata_attributes(headers);
+        let metadata = metadata_bytes(&attributes);
+        if metadata > MAX_METADATA_BYTES {
+            let labels = super::object::LABELS.to_ascii_lowercase();
+            let labels = attributes
+                .get(&Attribute::Metadata(labels.into()))
+                .map_or(0, |v| v.len());
+            return Err(fail(format!(
+                "its metadata would be {metadata} bytes, S3 takes at most {MAX_METADATA_BYTES} \
+                 (fleet.labels are {labels} of them: shorten them)"
+            )));
+        }
+        let local = |e: std::io::Error| fail(format!("{}: {e}", path.display()));
+        let mut file = tokio::fs::File::open(path).await.map_err(local)?;
+        let size = file.metadata().await.map_err(local)?.len();
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        match self.store.get_opts(&location, head).await {
+            Ok(existing)
+                if existing.meta.size == size
+                    && same_digest(&existing.attributes, &headers.digest) =>
+            {
+                return Ok(false);
+            }
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            // Upload-only credentials (s3:PutObject without s3:GetObject,
+            // so a host cannot read the others' snapshots) may not look:
+            // upload anyway, the PUT says whether they may write.
+            Err(object_store::Error::PermissionDenied { .. }) => {}
+            Err(e) => return Err(fail(cause(&e, false))),
+        }
+        if size <= PART_SIZE as u64 {
+            let mut body = Vec::with_capacity(size as usize);
+            // A snapshot does not change once written; `take` bounds the
+            // read should it grow anyway.
+            (&mut file)
+                .take(PART_SIZE as u64)
+                .read_to_end(&mut body)
+                .await
+                .map_err(local)?;
+            check_size(body.len() as u64, size).map_err(fail)?;
+            let options = PutOptions {
+                attributes,
+                ..PutOptions::default()
+            };
+            self.store
+                .put_opts(&location, PutPayload::from(body), options)
+                .await
+                .map_err(|e| fail(cause(&e, true)))?;
+            return Ok(true);
+        }
+        let options = PutMultipartOptions {
+            attributes,
+            ..PutMultipartOptions::default()
+        };
+        let upload = self
+            .store
+            .put_multipart_opts(&location, options)
+            .await
+            .map_err(|e| fail(cause(&e, true)))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut buffer = vec![0; 1 << 20];
+        let mut sent = 0u64;
+        let failure = loop {
+            let n = match file.read(&mut buffer).await {
+                Ok(0) => break check_size(sent, size).err(),
+                Ok(n) => n,
+                Err(e) => break Some(format!("{}: {e}", path.display())),
+            };
+            if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                break Some(cause(&e, true));
+            }
+            writer.write(&buffer[..n]);
+            sent += n as u64;
+        };
+        if let Some(why) = failure {
+            // Parts already sent are dropped, not left to be billed.
+            let _ = writer.abort().await;
+            return Err(fail(why));
+        }
+        writer.finish().await.map_err(|e| fail(cause(&e, true)))?;
+        Ok(true)
+    }
+}
+
+/// The object's digest is `digest`, or one of them is unknown.
+fn same_digest(attributes: &Attributes, digest: &str) -> bool {
+    let name = super::object::DIGEST.to_ascii_lowercase();
+    let stored = attributes
+        .get(&Attribute::Metadata(name.into()))
+        .map(|v| decode_metadata_value(v.as_ref()))
+        .unwrap_or_default();
+    digest.is_empty() || stored.is_empty() || stored == digest
+}
+
+/// The file must not change while it is uploaded.
+fn check_size(read: u64, expected: u64) -> Result<(), String> {
+    if read == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "the file changed while it was read ({read} bytes read, {expected} expected)"
+        ))
+    }
+}
+
+/// What went wrong, briefly, with what to check. `writing` tells a missing
+/// bucket (on PUT) from a missing object (on HEAD).
+fn cause(e: &object_store::Error, writing: bool) -> String {
+    let text = one_line(&e.to_string());
+    let code = s3_error_code(&text);
+    let with_code = |what: &str| match code {
+        Some(c) => format!("{what} ({c})"),
+        None => what.to_string(),
+    };
+    match e {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => {
+            format!("{} (check the S3 credentials)", with_code("access denied"))
+        }
+        object_store::Error::NotFound { .. } if writing => with_code("the bucket does not exist"),
+        _ => match http_error_kind(e) {
+            Some(HttpErrorKind::Connect) => {
+                "cannot connect (is the S3 server running and reachable?)".to_string()
+            }
+            Some(HttpErrorKind::Timeout) => "timed out (is the S3 server overloaded?)".to_string(),
+            _ => text,
+        },
+    }
+}
+
+/// The kind of the transport error under `e`, if it is one.
+fn http_error_kind(e: &object_store::Error) -> Option<HttpErrorKind> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(http) = s.downcast_ref::<HttpError>() {
+            return Some(http.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// `<Code>AccessDenied</Code>` in an S3 error body.
+fn s3_error_code(text: &str) -> Option<&str> {
+    let start = text.find("<Code>")? + "<Code>".len();
+    let len = text[start..].find("</Code>")?;
+    Some(&text[start..start + len]).filter(|c| !c.is_empty())
+}
+
+/// Errors go in one log line and one Status field.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn urls_split_into_bucket_and_a_clean_prefix() {
+        let split = |u: &str| parse_url(u).unwrap();
+        assert_eq!(split("s3://bkt"), ("bkt".into(), "".into()));
+        assert_eq!(split("s3://bkt/"), ("bkt".into(), "".into()));
+        assert_eq!(split("s3://bkt/p"), ("bkt".into(), "p".into()));
+        assert_eq!(split("s3://bkt//a//b/"), ("bkt".into(), "a/b".into()));
+        assert_eq!(
+            parse_url("https://bkt/p").unwrap_err(),
+            "fleet.s3.url \"https://bkt/p\" does not start with s3://"
+        );
+        assert_eq!(
+            parse_url("s3:///p").unwrap_err(),
+            "fleet.s3.url \"s3:///p\" has no bucket"
+        );
+    }
+
+    #[test]
+    fn keys_have_no_leading_or_double_slash() {
+        assert_eq!(object_key("", "host-a/id.perf.data"), "host-a/id.perf.data");
+        assert_eq!(
+            object_key("a/b", "host-a/id.perf.data"),
+            "a/b/host-a/id.perf.data"
+        );
+        let (_, prefix) = parse_url("s3://bkt//fleet/").unwrap();
+        assert_eq!(
+            object_key(&prefix, "host-a/id.perf.data"),
+            "fleet/host-a/id.perf.data"
+        );
+    }
+
+    fn config(url: &str, endpoint: Option<&str>) -> S3Config {
+        let spanned = |s: &str| flightrec_config::Spanned::new(0..0, s.to_string());
+        S3Config {
+            url: spanned(url),
+            endpoint: endpoint.map(spanned),
+            region: None,
+            credentials_file: None,
+        }
+    }
+
+    fn credentials() -> S3Credentials {
+        S3Credentials {
+            access_key_id: "AKID".into(),
+            secret_access_key: "secret".into(),
+            session_token: None,
+        }
+    }
+
+    #[test]
+    fn the_destination_describes_itself_and_keys_snapshots() {
+        let d = S3Destination::with_credentials(
+            &config("s3://bkt/fleet/", Some("http://127.0.0.1:9000/")),
+            credentials(),
+        )
+        .unwrap();
+        assert_eq!(
+            d.describe(),
+            "s3://bkt/fleet (endpoint http://127.0.0.1:9000)"
+        );
+        let headers = ObjectHeaders {
+            host: "host-a".into(),
+            id: "ID".into(),
+            label: String::new(),
+            trigger: "signal".into(),
+            bytes: 1,
+            compressed: false,
+            created_unix_ns: 1,
+            labels: BTreeMap::new(),
+            digest: String::new(),
+        };
+        assert_eq!(d.key(&headers), "fleet/host-a/ID.perf.data");
+        let aws =
+            S3Destination::with_credentials(&config("s3://bkt", None), credentials()).unwrap();
+        assert_eq!(aws.describe(), "s3://bkt (AWS, region us-east-1)");
+        assert_eq!(aws.key(&headers), "host-a/ID.perf.data");
+    }
+
+    #[test]
+    fn credentials_files_read_as_environment_files() {
+        let file = Path::new("/etc/flightrec/s3.env");
+        let c = S3Credentials::parse_file(
+            file,
+            "# S3 keys\n\nAWS_ACCESS_KEY_ID=AKID\r\nexport AWS_SECRET_ACCESS_KEY = \"se=cret\"\n\
+             AWS_SESSION_TOKEN='T0K-9'\nAWS_REGION=eu-west-1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            S3Credentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "se=cret".into(),
+                session_token: Some("T0K-9".into()),
+            }
+        );
+        assert!(!format!("{c:?}").contains("se=cret"), "{c:?}");
+        assert!(!format!("{c:?}").contains("T0K-9"), "{c:?}");
+    }
+
+    #[test]
+    fn bad_credentials_files_are_named_with_the_line() {
+        let file = Path::new("/etc/flightrec/s3.env");
+        let parse = |text: &str| S3Credentials::parse_file(file, text).unwrap_err();
+        assert_eq!(
+            parse("AWS_ACCESS_KEY_ID=AKID\nAKIAsecret\n"),
+            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 2: not NAME=value \
+             (e.g. AWS_ACCESS_KEY_ID=AKIA...)"
+        );
+        assert_eq!(
+            parse("\n\nAWS SECRET=x\n"),
+            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 3: \"AWS SECRET\" is not a \
+             variable name (letters, digits and _)"
+        );
+        assert_eq!(
+            parse("AWS_SECRET_ACCESS_KEY=\"abc\n"),
+            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 1: the value of \
+             AWS_SECRET_ACCESS_KEY has no closing quote"
+        );
+        assert_eq!(
+            parse("AWS_ACCESS_KEY_ID=AKID\n"),
+            "AWS_SECRET_ACCESS_KEY is not set in fleet.s3.credentials_file \
+             \"/etc/flightrec/s3.env\" (AWS_ACCESS_KEY_ID is)"
+        );
+        assert_eq!(
+            parse("AWS_ACCESS_KEY_ID=\nAWS_SECRET_ACCESS_KEY=x\n"),
+            "AWS_ACCESS_KEY_ID is not set in fleet.s3.credentials_file \
+             \"/etc/flightrec/s3.env\" (AWS_SECRET_ACCESS_KEY is)"
+        );
+        assert_eq!(
+            parse("# nothing\n"),
+            "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in \
+             fleet.s3.credentials_file \"/etc/flightrec/s3.env\" (it needs \
+             AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines)"
+        );
+        let missing = S3Credentials::read_file(Path::new("/nonexistent/s3.env")).unwrap_err();
+        assert!(
+            missing.starts_with(
+                "cannot read fleet.s3.credentials_file \"/nonexistent/s3.env\": No such file"
+            ),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn credentials_come_from_the_environment_in_pairs() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let from = |vars| S3Credentials::from_lookup(env(vars), "the environment", " (hint)");
+        assert_eq!(
+            from(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
+            Ok(S3Credentials {
+                access_key_id: "A".into(),
+                secret_access_key: "S".into(),
+                session_token: None,
+            })
+        );
+        assert_eq!(
+            from(&[]).unwrap_err(),
+            "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in the \
+             environment (hint)"
+        );
+        assert_eq!(
+            from(&[("AWS_SECRET_ACCESS_KEY", "S"), ("AWS_SESSION_TOKEN", "T")]).unwrap_err(),
+            "AWS_ACCESS_KEY_ID is not set in the environment (AWS_SECRET_ACCESS_KEY is)"
+        );
+    }
+
+    #[test]
+    fn metadata_values_survive_http_headers() {
+        for value in [
+            "signal",
+            "",
+            "role=db,zone=a",
+            "zürich",
+            " edge ",
+            "=?not?=",
+        ] {
+            let encoded = encode_metadata_value(value);
+            assert!(
+                encoded.bytes().all(|b| (0x20..0x7f).contains(&b)),
+                "{encoded:?}"
+            );
+            assert_eq!(decode_metadata_value(&encoded), value);
+        }
+        assert_eq!(encode_metadata_value("signal"), "signal");
+        assert_eq!(encode_metadata_value("zürich"), "=?UTF-8?B?esO8cmljaA==?=");
+    }
+
+    #[test]
+    fn metadata_is_counted_as_s3_counts_it() {
+        let headers = ObjectHeaders {
+            host: "h".into(),
+            id: "i".into(),
+            label: String::new(),
+            trigger: "signal".into(),
+            bytes: 10,
+            compressed: true,
+            created_unix_ns: 5,
+            labels: BTreeMap::from([("k".to_string(), "ü".to_string())]),
+            digest: String::new(),
+        };
+        let attributes = metadata_attributes(&headers);
+        // Names: flightrec-{host,id,labels,trigger,label,created-unix-ns,
+        // bytes,compressed,digest}; values: "h", "i", "=?UTF-8?B?az3DvA==?=",
+        // "signal", "", "5", "10", "true", "".
+        let names = [4, 2, 6, 7, 5, 15, 5, 10, 6].iter().sum::<usize>() + 9 * "flightrec-".len();
+        let values = 1 + 1 + 20 + 6 + 1 + 2 + 4;
+        assert_eq!(metadata_bytes(&attributes), names + values);
+    }
+
+    #[test]
+    fn digests_match_unless_one_is_unknown() {
+        let with = |digest: &str| -> Attributes {
+            [(
+                Attribute::Metadata("flightrec-digest".into()),
+                AttributeValue::from(digest.to_string()),
+            )]
+            .into_iter()
+            .collect()
+        };
+        assert!(same_digest(&with("SHA-256=a"), "SHA-256=a"));
+        assert!(!same_digest(&with("SHA-256=a"), "SHA-256=b"));
+        assert!(same_digest(&with(""), "SHA-256=b"));
+        assert!(same_digest(&Attributes::new(), "SHA-256=b"));
+        assert!(same_digest(&with("SHA-256=a"), ""));
+    }
+
+    #[test]
+    fn errors_are_brief_and_say_what_to_check() {
+        assert_eq!(
+            s3_error_code("403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code></Error>"),
+            Some("SignatureDoesNotMatch")
+        );
+        assert_eq!(s3_error_code("no body"), None);
+        let error = |body: &str| -> Box<dyn std::error::Error + Send + Sync> { body.into() };
+        let denied = object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: error("403 Forbidden: <Error><Code>AccessDenied</Code></Error>"),
+        };
+        assert_eq!(
+            cause(&denied, true),
+            "access denied (AccessDenied) (check the S3 credentials)"
+        );
+        let missing = || object_store::Error::NotFound {
+            path: "k".into(),
+            source: error("404 Not Found: <Error><Code>NoSuchBucket</Code>\n</Error>"),
+        };
+        // S3 says so on PUT (s3s-fs creates the bucket instead).
+        assert_eq!(
+            cause(&missing(), true),
+            "the bucket does not exist (NoSuchBucket)"
+        );
+        assert_eq!(
+            cause(&missing(), false),
+            "Object at location k not found: 404 Not Found: <Error><Code>NoSuchBucket</Code> \
+             </Error>"
+        );
+        assert_eq!(one_line("a\n  b\tc "), "a b c");
+    }
+}

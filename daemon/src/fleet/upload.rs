@@ -1,0 +1,292 @@
+//! Shipping snapshots: every snapshot written while uploads are on is
+//! queued on disk (its sidecar lists the destinations it has not reached,
+//! see `store::uploads`) and sent by this task, oldest first, until each
+//! destination has it. A failure (NATS down, a bucket not reachable) keeps
+//! it queued and is retried with a growing pause; a restart resumes the
+//! queue. Exactly once: an object already there under the same name with
+//! the same digest is not sent again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_nats::Client;
+use flightrec_config::{FleetConfig, S3Config};
+
+use super::jetstream::{self, JetStreamDestination};
+use super::object::ObjectHeaders;
+use super::s3::S3Destination;
+use crate::control::outcome::Uploaded;
+use crate::control::{self, Event, State};
+use crate::store::{SnapshotInfo, unix_ns};
+
+/// Destination names, as sidecars, Status and Watch give them.
+pub const JETSTREAM: &str = "jetstream";
+pub const S3: &str = "s3";
+
+/// First pause after a failure; doubled up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// The queue is looked at this often even without a new snapshot (a
+/// snapshot queued by an earlier run, a destination back).
+const RESCAN: Duration = Duration::from_secs(60);
+/// Opening the bucket (a JetStream request or two) may take this long
+/// before the attempt counts as failed: while NATS is down requests wait.
+const OPEN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Where snapshots go with this `[fleet]`, in upload order.
+pub fn destinations(fleet: &FleetConfig) -> Vec<String> {
+    let mut to = Vec::new();
+    if fleet.upload {
+        to.push(JETSTREAM.to_string());
+        if fleet.s3.is_some() {
+            to.push(S3.to_string());
+        }
+    }
+    to
+}
+
+/// An upload may take this long: a minute, plus a second per MiB (far
+/// below any working link), so a stalled server cannot hold the queue.
+fn upload_deadline(bytes: u64) -> Duration {
+    Duration::from_secs(60 + bytes / (1 << 20))
+}
+
+/// What the upload task needs.
+pub struct Uploader {
+    pub state: Arc<State>,
+    pub client: Client,
+    pub host: String,
+    pub labels: BTreeMap<String, String>,
+    pub bucket: String,
+    pub replicas: usize,
+    /// `[fleet] s3`, when set.
+    pub s3: Option<S3Config>,
+}
+
+/// The destinations, opened on first use (and again after a failure that
+/// may have left them unusable).
+#[derive(Default)]
+struct Opened {
+    jetstream: Option<JetStreamDestination>,
+    s3: Option<S3Destination>,
+}
+
+impl Uploader {
+    /// Serves the queue until shutdown.
+    pub async fn run(self) {
+        let mut stop = self.state.shutdown_signal();
+        let mut opened = Opened::default();
+        let mut retry = FIRST_RETRY;
+        loop {
+            let pass = self.pass(&mut opened);
+            let failed = tokio::select! {
+                failed = pass => failed,
+                () = control::stopped(&mut stop) => return,
+            };
+            let pause = if failed {
+                let p = retry;
+                retry = (retry * 2).min(MAX_RETRY);
+                p
+            } else {
+                retry = FIRST_RETRY;
+                RESCAN
+            };
+            tokio::select! {
+                () = self.state.fleet.uploads.notified() => {}
+                () = tokio::time::sleep(pause) => {}
+                () = control::stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    /// One pass over the queue; true when something failed.
+    async fn pass(&self, opened: &mut Opened) -> bool {
+        let store = self.state.current().store.clone();
+        let configured = store.upload_destinations();
+        let pending = match store.pending_uploads() {
+            Ok(p) => p,
+            Err(e) => {
+                self.failed("", "", format!("cannot read the upload queue: {e}"));
+                return true;
+            }
+        };
+        self.set_pending(pending.len());
+        // Destinations that failed in this pass: likely down, so the rest
+        // waits for the next pass (whose pause grows) rather than failing
+        // one snapshot after another.
+        let mut down: Vec<String> = Vec::new();
+        for snapshot in pending {
+            for destination in &snapshot.pending_uploads {
+                if !configured.contains(destination) {
+                    tracing::warn!(
+                        id = %snapshot.id,
+                        destination = %destination,
+                        "fleet: this destination is no longer configured; the snapshot leaves its \
+                         upload queue"
+                    );
+                    let _ = store.settle_upload(&snapshot.id, destination);
+                    continue;
+                }
+                if down.contains(destination) {
+                    continue;
+                }
+                match self.upload(opened, &snapshot, destination).await {
+                    Ok(u) => {
+                        if let Err(e) = store.settle_upload(&snapshot.id, destination) {
+                            self.failed(&snapshot.id, destination, e.to_string());
+                            down.push(destination.clone());
+                            continue;
+                        }
+                        self.done(u);
+                    }
+                    Err(e) => {
+                        self.failed(&snapshot.id, destination, e);
+                        down.push(destination.clone());
+                    }
+                }
+            }
+        }
+        if let Ok(p) = store.pending_uploads() {
+            self.set_pending(p.len());
+        }
+        !down.is_empty()
+    }
+
+    async fn upload(
+        &self,
+        opened: &mut Opened,
+        snapshot: &SnapshotInfo,
+        destination: &str,
+    ) -> Result<Uploaded, String> {
+        let started = Instant::now();
+        let path = snapshot.path.clone();
+        let file_and_digest =
+            tokio::task::spawn_blocking(move || jetstream::open_with_digest(&path))
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
+        let (file, digest) = match file_and_digest {
+            Ok(o) => o,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Removed (by a user or retention) since it was listed.
+                return Err(format!("{} was removed before its upload", snapshot.id));
+            }
+            Err(e) => return Err(format!("cannot read {}: {e}", snapshot.path.display())),
+        };
+        // The file as opened: its size now, not when listed.
+        let mut snapshot = snapshot.clone();
+        if let Ok(md) = file.metadata() {
+            snapshot.bytes = md.len();
+        }
+        let headers = ObjectHeaders::of(&self.host, &self.labels, &snapshot, digest);
+        let deadline = upload_deadline(snapshot.bytes);
+        let (object, sent) = match destination {
+            JETSTREAM => {
+                if opened.jetstream.is_none() {
+                    let open =
+                        JetStreamDestination::open(&self.client, &self.bucket, self.replicas);
+                    opened.jetstream = Some(
+                        tokio::time::timeout(OPEN_DEADLINE, open)
+                            .await
+                            .map_err(|_| {
+                                format!(
+                                    "cannot open the bucket {:?} within {}s (is NATS reachable?)",
+                                    self.bucket,
+                                    OPEN_DEADLINE.as_secs()
+                                )
+                            })??,
+                    );
+                }
+                let js = opened.jetstream.as_ref().ok_or("no bucket")?;
+                let object = js.object_url(&headers);
+                let sent = tokio::time::timeout(deadline, js.upload(file, &headers))
+                    .await
+                    .unwrap_or_else(|_| Err(too_slow(&object, deadline)));
+                if sent.is_err() {
+                    // Reopen the bucket next time (it may have been
+                    // removed, or the cluster changed).
+                    opened.jetstream = None;
+                }
+                (object, sent?)
+            }
+            S3 => {
+                if opened.s3.is_none() {
+                    let config = self.s3.as_ref().ok_or("fleet.s3 is not set")?;
+                    opened.s3 = Some(S3Destination::new(config)?);
+                }
+                let s3 = opened.s3.as_ref().ok_or("no S3 destination")?;
+                let object = s3.url(&headers);
+                let sent = tokio::time::timeout(deadline, s3.upload(&snapshot.path, &headers))
+                    .await
+                    .unwrap_or_else(|_| Err(too_slow(&object, deadline)));
+                if sent.is_err() {
+                    // Read the credentials again next time (rotated keys).
+                    opened.s3 = None;
+                }
+                (object, sent?)
+            }
+            other => return Err(format!("unknown upload destination {other:?}")),
+        };
+        Ok(Uploaded {
+            snapshot,
+            destination: destination.to_string(),
+            object,
+            seconds: started.elapsed().as_secs_f64(),
+            already_there: !sent,
+        })
+    }
+
+    fn done(&self, u: Uploaded) {
+        tracing::info!(
+            id = %u.snapshot.id,
+            destination = %u.destination,
+            object = %u.object,
+            bytes = u.snapshot.bytes,
+            ms = (u.seconds * 1000.0) as u64,
+            already_there = u.already_there,
+            "fleet: snapshot uploaded"
+        );
+        self.state.fleet.update(|r| {
+            r.uploaded += 1;
+            r.last_upload_unix_ns = unix_ns(SystemTime::now());
+        });
+        self.state.publish(Event::Uploaded(u));
+    }
+
+    fn failed(&self, id: &str, destination: &str, error: String) {
+        tracing::warn!(id, destination, "fleet: upload failed: {error}");
+        self.state.fleet.update(|r| {
+            r.upload_failures += 1;
+            r.last_upload_error = error.clone();
+        });
+        self.state.publish(Event::UploadFailed {
+            id: id.to_string(),
+            destination: destination.to_string(),
+            error,
+        });
+    }
+
+    fn set_pending(&self, n: usize) {
+        self.state
+            .fleet
+            .update(|r| r.uploads_pending = u32::try_from(n).unwrap_or(u32::MAX));
+    }
+}
+
+fn too_slow(object: &str, deadline: Duration) -> String {
+    format!(
+        "the upload of {object} took more than {}s; retrying",
+        deadline.as_secs()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stalled_upload_is_cut_after_a_minute_plus_a_second_per_mib() {
+        assert_eq!(upload_deadline(0), Duration::from_secs(60));
+        assert_eq!(upload_deadline(512 << 20), Duration::from_secs(572));
+    }
+}

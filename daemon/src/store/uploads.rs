@@ -1,0 +1,128 @@
+//! The upload queue, kept in the sidecars: a snapshot's sidecar lists the
+//! destinations it has not reached yet. The sidecar is written before the
+//! snapshot and rewritten (atomically) as each upload completes, so the
+//! queue survives a restart or a kill -9 at any point.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+
+use super::info::Meta;
+use super::{SnapshotInfo, Store, StoreError, give_to_group, meta_file_name, parse_id};
+
+impl Store {
+    /// Where snapshots written from now on are to be uploaded ("jetstream",
+    /// "s3"); none without `[fleet]`.
+    pub fn set_upload_destinations(&self, destinations: Vec<String>) {
+        *self.uploads.lock().unwrap_or_else(|p| p.into_inner()) = destinations;
+    }
+
+    pub fn upload_destinations(&self) -> Vec<String> {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The snapshots still waiting for an upload, oldest first.
+    pub fn pending_uploads(&self) -> Result<Vec<SnapshotInfo>, StoreError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|s| !s.pending_uploads.is_empty())
+            .collect())
+    }
+
+    /// Takes `destination` off snapshot `id`'s queue (it was uploaded there,
+    /// or is no longer configured). Returns false when the snapshot is gone
+    /// (removed meanwhile): nothing is written then.
+    pub fn settle_upload(&self, id: &str, destination: &str) -> Result<bool, StoreError> {
+        let n = parse_id(id)?;
+        let _lock = self.lock_snapshot(&n.id());
+        let path = self.sidecar_path(id);
+        let mut meta: Meta = match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::WriteMeta {
+                path: path.clone(),
+                source: io::Error::new(io::ErrorKind::InvalidData, e),
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => return Err(StoreError::WriteMeta { path, source }),
+        };
+        if !self.dir.join(n.file_name()).exists() {
+            return Ok(false);
+        }
+        meta.uploads.retain(|d| d != destination);
+        self.write_sidecar(id, &meta)?;
+        Ok(true)
+    }
+
+    /// Writes `.<id>.meta` (0640, the socket group's) through a temporary
+    /// file, synced, then renamed: a reader sees the old or the new one.
+    pub(super) fn write_sidecar(&self, id: &str, meta: &Meta) -> Result<(), StoreError> {
+        let final_path = self.sidecar_path(id);
+        let tmp = self
+            .dir
+            .join(format!("{}.tmp-{}", meta_file_name(id), std::process::id()));
+        let write = || -> io::Result<()> {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o640)
+                .open(&tmp)?;
+            give_to_group(&tmp, self.group());
+            f.write_all(&serde_json::to_vec(meta).map_err(io::Error::other)?)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &final_path)
+        };
+        write().map_err(|source| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::WriteMeta {
+                path: final_path.clone(),
+                source,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::store::tests::header;
+
+    #[test]
+    fn the_queue_survives_reopening_and_empties_as_uploads_settle() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
+        let id = {
+            let (store, _) = Store::open(dir.path(), "h").unwrap();
+            store.set_upload_destinations(vec!["jetstream".into(), "s3".into()]);
+            let r = store.reserve(None, "signal", t0).unwrap();
+            fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
+            // Without destinations a snapshot is not queued.
+            store.set_upload_destinations(vec![]);
+            let plain = store.reserve(None, "api", t0).unwrap();
+            fs::write(dir.path().join(plain.file_name()), header(false)).unwrap();
+            r.id()
+        };
+        // A restart (a new Store on the same directory) sees the queue.
+        let (store, removed) = Store::open(dir.path(), "h").unwrap();
+        assert!(removed.is_empty());
+        let pending = store.pending_uploads().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].id, id);
+        assert_eq!(pending[0].pending_uploads, ["jetstream", "s3"]);
+        assert!(store.settle_upload(&id, "jetstream").unwrap());
+        assert_eq!(store.get(&id).unwrap().pending_uploads, ["s3"]);
+        assert_eq!(store.get(&id).unwrap().trigger, "signal", "the rest stays");
+        assert!(store.settle_upload(&id, "s3").unwrap());
+        assert!(store.pending_uploads().unwrap().is_empty());
+        // A snapshot removed meanwhile is not brought back by its sidecar.
+        let s = store.get(&id).unwrap();
+        store.remove(&s).unwrap();
+        assert!(!store.settle_upload(&id, "s3").unwrap());
+        assert!(!dir.path().join(format!(".{id}.meta")).exists());
+    }
+}
