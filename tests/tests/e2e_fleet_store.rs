@@ -10,15 +10,20 @@
 //! a download that fails.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, object_store};
-use flightrec_tests::{Daemon, Load, NatsServer, bin_path, free_port, perf_script, require_root};
+use flightrec_tests::{
+    Daemon, Load, NatsCluster, NatsServer, bin_path, free_port, perf_script, require_root,
+};
 use flightrecd::fleet::object::ObjectHeaders;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -47,6 +52,22 @@ async fn bucket(url: &str) -> (jetstream::Context, object_store::ObjectStore) {
             .expect("create the bucket"),
     };
     (js, store)
+}
+
+/// Creates the bucket with `replicas` copies (as `[fleet] replicas` has
+/// the daemons do).
+fn create_bucket(url: &str, replicas: usize) {
+    runtime().block_on(async {
+        let client = async_nats::connect(url).await.expect("connect to nats");
+        jetstream::new(client)
+            .create_object_store(object_store::Config {
+                bucket: BUCKET.into(),
+                num_replicas: replicas,
+                ..Default::default()
+            })
+            .await
+            .expect("create the bucket");
+    });
 }
 
 /// Puts `data` as object `name` with `headers` (as a daemon uploads a
@@ -111,6 +132,80 @@ fn drop_chunks(url: &str, nuid: &str, drop: impl Fn(usize) -> bool) {
         }
         assert!(index > 1, "{index} chunks");
     });
+}
+
+/// Publishes `data` as one more chunk of the object `nuid`.
+fn append_chunk(url: &str, nuid: &str, data: &[u8]) {
+    runtime().block_on(async {
+        let (js, _) = bucket(url).await;
+        js.publish(format!("$O.{BUCKET}.C.{nuid}"), data.to_vec().into())
+            .await
+            .expect("publish a chunk")
+            .await
+            .expect("the chunk is stored");
+    });
+}
+
+/// A TCP relay to a nats-server that stops passing the server's bytes
+/// back once the client asks for an object's data (a STREAM.MSG.GET with
+/// `next_by_subj`): the download then waits, with its partial file
+/// created, for answers that never come. The relay's threads end with
+/// the test process.
+struct FreezingRelay {
+    url: String,
+}
+
+impl FreezingRelay {
+    fn start(server_port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let url = format!("nats://{}", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let server = TcpStream::connect(("127.0.0.1", server_port)).expect("connect");
+                let frozen = Arc::new(AtomicBool::new(false));
+                let (mut from_client, mut to_server) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                let freeze = frozen.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // The last bytes seen, for a word split across reads.
+                    let mut seen = Vec::new();
+                    while let Ok(n) = from_client.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        if seen.windows(12).any(|w| w == b"next_by_subj") {
+                            // Before the request reaches the server, so
+                            // no answer to it gets through.
+                            freeze.store(true, Ordering::SeqCst);
+                        }
+                        seen.drain(..seen.len().saturating_sub(16));
+                        if to_server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from_server.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if !frozen.load(Ordering::SeqCst) && to_client.write_all(&buf[..n]).is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Self { url }
+    }
 }
 
 /// `snapctl [--json] fleet --nats URL ARGS...` in `dir`.
@@ -360,14 +455,15 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
     // The headers promise one byte more than was stored.
     let short = header("short", data.len() as u64 + 1);
     put(&url, &short.object_name(), Some(&short), &data, 64 * 1024);
-    // A chunk is missing: the store's digest does not match.
+    // A chunk is missing: the download comes short.
     let cut = header("cut", data.len() as u64);
     let info = put(&url, &cut.object_name(), Some(&cut), &data, 64 * 1024);
     drop_chunks(&url, &info.nuid, |i| i == 1);
-    // No chunk at all: the download waits for data that never comes.
-    let stuck = header("stuck", data.len() as u64);
-    let info = put(&url, &stuck.object_name(), Some(&stuck), &data, 64 * 1024);
-    drop_chunks(&url, &info.nuid, |_| true);
+    // A chunk replaced by other bytes of its size: the digest differs.
+    let bad = header("bad", data.len() as u64);
+    let info = put(&url, &bad.object_name(), Some(&bad), &data, 64 * 1024);
+    drop_chunks(&url, &info.nuid, |i| i == 1);
+    append_chunk(&url, &info.nuid, &vec![7u8; 64 * 1024]);
     let work = tempfile::tempdir().expect("tempdir");
 
     let out = snapctl_fleet(work.path(), &url, false, &["fetch", "host-a/short"]);
@@ -380,30 +476,44 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
     assert_eq!(files_in(work.path()), Vec::<String>::new());
 
     let out = snapctl_fleet(work.path(), &url, false, &["fetch", "host-a/cut"]);
-    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(
+        stderr(&out),
+        "snapctl: host-a/cut.perf.data: downloaded 983040 bytes, but its headers say 1048576 \
+         and the store 1048576; nothing written\n"
+    );
+    assert_eq!(files_in(work.path()), Vec::<String>::new());
+
+    let out = snapctl_fleet(work.path(), &url, false, &["fetch", "host-a/bad"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(
-        err.starts_with(&format!(
-            "snapctl: NATS at {url}: the download of host-a/cut.perf.data failed after "
-        )) && err.ends_with(" bytes: wrong digest\n"),
+        err.starts_with("snapctl: host-a/bad.perf.data: the downloaded bytes have digest SHA-256=")
+            && err.ends_with(&format!(
+                ", not {}; nothing written\n",
+                info.digest.unwrap()
+            )),
         "{err}"
     );
     assert_eq!(files_in(work.path()), Vec::<String>::new());
 
-    // Stalled: an error after --timeout without data.
+    // Stalled: the server's answers stop once the data is asked for (the
+    // partial file exists then); an error after --timeout.
+    let relay = FreezingRelay::start(nats.port);
     let started = Instant::now();
     let out = snapctl_fleet(
         work.path(),
-        &url,
+        &relay.url,
         false,
-        &["--timeout", "1s", "fetch", "host-a/stuck"],
+        &["--timeout", "1s", "fetch", "host-a/whole"],
     );
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert_eq!(
         stderr(&out),
         format!(
-            "snapctl: NATS at {url}: the download of host-a/stuck.perf.data stalled after 0 \
-             bytes (nothing for 1s)\n"
+            "snapctl: NATS at {}: the download of host-a/whole.perf.data stalled after 0 \
+             bytes (nothing for 1s)\n",
+            relay.url
         )
     );
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -413,8 +523,8 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
     // is removed, and snapctl ends by the signal.
     for signal in [Signal::SIGINT, Signal::SIGTERM] {
         let mut child = std::process::Command::new(bin_path("snapctl"))
-            .args(["--timeout", "60s", "fleet", "--nats", &url])
-            .args(["fetch", "host-a/stuck"])
+            .args(["--timeout", "60s", "fleet", "--nats", &relay.url])
+            .args(["fetch", "host-a/whole"])
             .current_dir(work.path())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -551,5 +661,56 @@ fn fleet_list_and_fetch_name_a_missing_bucket_or_snapshot_and_an_unreachable_ser
             );
             assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
         }
+    }
+}
+
+#[test]
+fn fleet_list_and_fetch_keep_working_on_a_cluster_that_lost_a_node() {
+    let mut cluster = NatsCluster::start(3);
+    let urls = cluster.urls();
+    create_bucket(&urls[1], 3);
+    let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let h = ObjectHeaders {
+        host: "host-a".into(),
+        id: "box-1".into(),
+        label: "cluster".into(),
+        trigger: "fleet".into(),
+        bytes: data.len() as u64,
+        compressed: false,
+        created_unix_ns: 1_795_212_693_000_000_000,
+        labels: BTreeMap::new(),
+        digest: String::new(),
+    };
+    put(&urls[1], &h.object_name(), Some(&h), &data, 64 * 1024);
+    cluster.nodes[0].kill();
+    let work = tempfile::tempdir().expect("tempdir");
+    let out_file = work.path().join("box-1.perf.data");
+    let list = || snapctl_fleet(work.path(), &urls[1], true, &["--timeout", "3s", "list"]);
+    let fetch = || {
+        snapctl_fleet(
+            work.path(),
+            &urls[1],
+            false,
+            &["--timeout", "3s", "fetch", "host-a/box-1", "--force"],
+        )
+    };
+    // The stream may need a new leader first.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !list().status.success() {
+        assert!(Instant::now() < deadline, "no listing in 30s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Then every read works: none depends on a consumer that the cluster
+    // may place on the dead node.
+    for round in 0..8 {
+        let out = list();
+        assert_eq!(
+            json_of(&out),
+            json!({"snapshots": [listed(&h)]}),
+            "round {round}"
+        );
+        let out = fetch();
+        assert!(out.status.success(), "round {round}: {}", stderr(&out));
+        assert!(std::fs::read(&out_file).expect("fetched") == data);
     }
 }

@@ -2,6 +2,7 @@
 //! [`dump`] asks every daemon for a snapshot; [`store`] lists and fetches
 //! the snapshots they uploaded into the JetStream object store.
 
+pub mod bucket;
 pub mod dump;
 pub mod store;
 

@@ -8,14 +8,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::object_store::{GetErrorKind, ObjectInfo, ObjectStore};
-use async_nats::jetstream::{self, context::ObjectStoreErrorKind};
+use async_nats::jetstream;
+use async_nats::jetstream::object_store::ObjectInfo;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE;
 use flightrecd::fleet::object::{ObjectHeaders, object_name, parse_object_name};
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
-use tokio_stream::StreamExt;
+use sha2::{Digest, Sha256};
 
 use super::FleetTarget;
+use super::bucket::Bucket;
 use crate::ClientError;
 use crate::render::{human_bytes, table, utc};
 
@@ -174,63 +176,81 @@ fn not_found(message: String) -> ClientError {
 }
 
 /// The bucket, or why not: a missing bucket means nothing was uploaded.
-async fn open_bucket(target: &FleetTarget, timeout: Duration) -> Result<ObjectStore, ClientError> {
+async fn open_bucket(target: &FleetTarget, timeout: Duration) -> Result<Bucket, ClientError> {
+    if !valid_bucket_name(&target.bucket) {
+        return Err(target.error(format!(
+            "{:?} is not a bucket name (1 to 64 characters from A-Z a-z 0-9 _ -)",
+            target.bucket
+        )));
+    }
     let client = target.connect(timeout).await?;
     let mut js = jetstream::new(client);
-    js.set_timeout(timeout);
-    js.get_object_store(&target.bucket).await.map_err(|e| {
-        if e.kind() == ObjectStoreErrorKind::InvalidBucketName {
-            return target.error(format!(
-                "{:?} is not a bucket name (1 to 64 characters from A-Z a-z 0-9 _ -)",
-                target.bucket
-            ));
-        }
-        let stream_error = std::error::Error::source(&e)
-            .and_then(|s| s.downcast_ref::<jetstream::context::GetStreamError>());
-        if let Some(jetstream::context::GetStreamErrorKind::JetStream(js_error)) =
-            stream_error.map(|s| s.kind())
-            && js_error.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
-        {
-            return not_found(format!(
-                "no snapshot was uploaded yet: bucket {:?} does not exist on {}",
-                target.bucket,
-                target.servers_text()
-            ));
-        }
-        let why = stream_error.map_or_else(|| e.to_string(), |s| s.to_string());
-        target.error(format!("cannot open bucket {:?}: {why}", target.bucket))
+    // Each call below is bounded by `timeout` here; the context's own
+    // limit is later, so a stall always gets the same message.
+    js.set_timeout(timeout + Duration::from_secs(1));
+    let stream = within(target, timeout, "open bucket", async {
+        js.get_stream(format!("OBJ_{}", target.bucket))
+            .await
+            .map_err(|e| match e.kind() {
+                jetstream::context::GetStreamErrorKind::JetStream(js_error)
+                    if js_error.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    not_found(format!(
+                        "no snapshot was uploaded yet: bucket {:?} does not exist on {}",
+                        target.bucket,
+                        target.servers_text()
+                    ))
+                }
+                _ => target.error(format!("cannot open bucket {:?}: {e}", target.bucket)),
+            })
     })
+    .await?;
+    Ok(Bucket::new(&target.bucket, stream))
 }
 
-/// Every object of the bucket (deleted ones are not listed), each
-/// within `timeout` of the one before.
+/// As a JetStream object store names its buckets (and `[fleet] bucket`).
+fn valid_bucket_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `call`, or an error naming `what` when NATS did not answer within
+/// `timeout`.
+async fn within<T>(
+    target: &FleetTarget,
+    timeout: Duration,
+    what: &str,
+    call: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(target.error(format!(
+            "no answer within {} ({what} {:?}); --timeout or FLIGHTREC_TIMEOUT change the limit",
+            humantime::format_duration(timeout),
+            target.bucket
+        )))
+        })
+}
+
+/// Every object of the bucket (deleted ones are not listed).
 pub async fn list(
     target: &FleetTarget,
     host: Option<&str>,
     timeout: Duration,
 ) -> Result<Listing, ClientError> {
-    let store = open_bucket(target, timeout).await?;
-    let mut objects = store
-        .list()
-        .await
-        .map_err(|e| target.error(format!("cannot list bucket {:?}: {e}", target.bucket)))?;
-    let mut infos = Vec::new();
-    loop {
-        match tokio::time::timeout(timeout, objects.next()).await {
-            Ok(Some(Ok(info))) => infos.push(info),
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                return Err(target.error(format!("cannot list bucket {:?}: {e}", target.bucket)));
-            }
-            Err(_) => {
-                return Err(target.error(format!(
-                    "listing bucket {:?} stalled for {}",
-                    target.bucket,
-                    humantime::format_duration(timeout)
-                )));
-            }
-        }
-    }
+    let bucket = open_bucket(target, timeout).await?;
+    // Bounded as a whole: a bucket of thousands takes a second or two.
+    let infos = within(target, timeout, "list bucket", async {
+        bucket
+            .objects()
+            .await
+            .map_err(|e| target.error(format!("cannot list bucket {:?}: {e}", target.bucket)))
+    })
+    .await?;
     Ok(listing(&target.bucket, &infos, host))
 }
 
@@ -291,23 +311,24 @@ pub async fn fetch(
     if !force && out.symlink_metadata().is_ok() {
         return Err(already_exists(out));
     }
-    let store = open_bucket(target, timeout).await?;
+    let bucket = open_bucket(target, timeout).await?;
     let name = object_name(host, id);
-    let mut object = store.get(&name).await.map_err(|e| {
-        if e.kind() == GetErrorKind::NotFound {
-            not_found(format!(
-                "no snapshot {host}/{id} in bucket {:?} on {} (see snapctl fleet list)",
-                target.bucket,
-                target.servers_text()
-            ))
-        } else {
+    let info = within(target, timeout, "look up in bucket", async {
+        bucket.info(&name).await.map_err(|e| {
             target.error(format!(
-                "cannot get {name} from bucket {:?}: {e}",
+                "cannot look {name} up in bucket {:?}: {e}",
                 target.bucket
             ))
-        }
+        })
+    })
+    .await?
+    .ok_or_else(|| {
+        not_found(format!(
+            "no snapshot {host}/{id} in bucket {:?} on {} (see snapctl fleet list)",
+            target.bucket,
+            target.servers_text()
+        ))
     })?;
-    let info = object.info().clone();
     let snapshot =
         snapshot_of(&info.name, info.headers.as_ref()).map_err(|why| ClientError::Daemon {
             code: tonic::Code::FailedPrecondition,
@@ -327,10 +348,11 @@ pub async fn fetch(
         .tempfile_in(dir)
         .map_err(|e| local_error(dir, "create a file in", e))?;
     let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
-    let mut buf = vec![0u8; 256 * 1024];
+    let mut sha = Sha256::new();
     let mut written: u64 = 0;
-    loop {
-        let read = tokio::select! {
+    let mut next_seq = 1;
+    for _ in 0..info.chunks {
+        let chunk = tokio::select! {
             signal = interrupts.wait() => {
                 // The partial file goes first, then the signal does what
                 // it would have done.
@@ -340,10 +362,12 @@ pub async fn fetch(
                     "the download of {name} was interrupted by signal {signal}; nothing written"
                 )));
             }
-            read = tokio::time::timeout(timeout, object.read(&mut buf)) => read,
+            chunk = tokio::time::timeout(timeout, bucket.chunk(&info, next_seq)) => chunk,
         };
-        let n = match read {
-            Ok(Ok(n)) => n,
+        let chunk = match chunk {
+            Ok(Ok(Some(chunk))) => chunk,
+            // Fewer chunks than the object has: the size check says so.
+            Ok(Ok(None)) => break,
             Ok(Err(e)) => {
                 return Err(target.error(format!(
                     "the download of {name} failed after {written} bytes: {e}"
@@ -356,12 +380,11 @@ pub async fn fetch(
                 )));
             }
         };
-        if n == 0 {
-            break;
-        }
-        part.write_all(&buf[..n])
+        part.write_all(&chunk.payload)
             .map_err(|e| local_error(part.path(), "write", e))?;
-        written += n as u64;
+        sha.update(&chunk.payload);
+        written += chunk.payload.len() as u64;
+        next_seq = chunk.sequence + 1;
     }
     if written != snapshot.bytes || written != info.size as u64 {
         return Err(ClientError::Daemon {
@@ -370,6 +393,21 @@ pub async fn fetch(
                 "{name}: downloaded {written} bytes, but its headers say {} and the store {}; \
                  nothing written",
                 snapshot.bytes, info.size
+            ),
+        });
+    }
+    // As the object store writes it; the daemon's header has it too.
+    let digest = format!("SHA-256={}", URL_SAFE.encode(sha.finalize()));
+    let expected = [info.digest.as_deref(), Some(snapshot.digest.as_str())];
+    if let Some(want) = expected
+        .into_iter()
+        .flatten()
+        .find(|want| !want.is_empty() && **want != digest)
+    {
+        return Err(ClientError::Daemon {
+            code: tonic::Code::DataLoss,
+            message: format!(
+                "{name}: the downloaded bytes have digest {digest}, not {want}; nothing written"
             ),
         });
     }
