@@ -22,7 +22,7 @@ Exit status:
   1  the daemon answered with an error (bad label or id, disk full, ...);
      fleet dump: a host answered with an error, or did not answer;
      fleet list/fetch: no such bucket or snapshot, the file exists, a
-     download that came short
+     download that came short or corrupt
   2  bad command line
   3  cannot reach the daemon (no socket, nobody listening, connection lost,
      no answer within --timeout), or NATS for `fleet`
@@ -206,10 +206,11 @@ enum FleetCommand {
     },
     /// Download one snapshot of the bucket; print the path written.
     ///
-    /// `perf script -i PATH` reads it. The file appears only once complete
-    /// and of the size its headers give (the object store checks its
-    /// digest): a cut download leaves nothing behind. Exit status 1 when
-    /// there is no such snapshot or the file exists (see --force).
+    /// `perf script -i PATH` reads it. The file appears only once complete,
+    /// of the size and SHA-256 digest the store and the snapshot's headers
+    /// give: a cut or interrupted download leaves nothing behind. Exit
+    /// status 1 when there is no such snapshot, the file exists (see
+    /// --force) or the download came short or corrupt.
     Fetch {
         /// The snapshot, as `snapctl fleet list` shows it: HOST/ID.
         #[arg(value_name = "HOST/ID", value_parser = snapctl::fleet::store::parse_snapshot_ref)]

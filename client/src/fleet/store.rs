@@ -298,9 +298,9 @@ fn local_error(path: &Path, what: &str, e: impl std::fmt::Display) -> ClientErro
 }
 
 /// Downloads snapshot `host/id` to `out`: into a temporary file beside
-/// it, renamed over it only once complete and as long as the headers
-/// promised (the object store checks its digest), so a cut download
-/// leaves nothing behind. An existing `out` is kept unless `force`.
+/// it, renamed over it only once complete and of the size and digest the
+/// store and the headers promised, so a cut download leaves nothing
+/// behind. An existing `out` is kept unless `force`.
 pub async fn fetch(
     target: &FleetTarget,
     (host, id): (&str, &str),
