@@ -227,11 +227,7 @@ enum FleetCommand {
 
 /// A JetStream bucket name, as `[fleet] bucket` accepts it.
 fn parse_bucket(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if snapctl::fleet::store::valid_bucket_name(s) {
         Ok(s.to_string())
     } else {
         Err(format!(

@@ -209,7 +209,7 @@ async fn open_bucket(target: &FleetTarget, timeout: Duration) -> Result<Bucket, 
 }
 
 /// As a JetStream object store names its buckets (and `[fleet] bucket`).
-fn valid_bucket_name(name: &str) -> bool {
+pub fn valid_bucket_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -524,6 +524,17 @@ mod tests {
                 o
             })
             .unwrap()
+    }
+
+    #[test]
+    fn bucket_names_are_those_jetstream_takes() {
+        assert!(valid_bucket_name("flightrec"));
+        assert!(valid_bucket_name("prod_snaps-2"));
+        assert!(valid_bucket_name(&"b".repeat(64)));
+        assert!(!valid_bucket_name(&"b".repeat(65)));
+        assert!(!valid_bucket_name(""));
+        assert!(!valid_bucket_name("a.b"));
+        assert!(!valid_bucket_name("a b"));
     }
 
     #[test]
