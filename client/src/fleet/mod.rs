@@ -4,6 +4,7 @@
 
 pub mod bucket;
 pub mod dump;
+mod interrupts;
 pub mod store;
 
 use std::path::PathBuf;
