@@ -20,7 +20,9 @@ const EXIT_CODES: &str = "\
 Exit status:
   0  success
   1  the daemon answered with an error (bad label or id, disk full, ...);
-     fleet dump: a host answered with an error, or did not answer
+     fleet dump: a host answered with an error, or did not answer;
+     fleet list/fetch: no such bucket or snapshot, the file exists, a
+     download that came short or corrupt
   2  bad command line
   3  cannot reach the daemon (no socket, nobody listening, connection lost,
      no answer within --timeout), or NATS for `fleet`
@@ -132,7 +134,9 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Talk to every daemon of the fleet over NATS ([fleet] in the config).
+    /// Talk to every daemon of the fleet over NATS ([fleet] in the config):
+    /// ask them all for a snapshot (dump), list what they uploaded into the
+    /// JetStream object store (list), download one (fetch).
     Fleet {
         /// A NATS server. Default: nats of [fleet] in
         /// /etc/flightrec/flightrec.toml, else nats://127.0.0.1:4222.
@@ -141,6 +145,10 @@ enum Command {
         /// Subject prefix. Default: subject of [fleet], else flightrec.
         #[arg(long, value_name = "PREFIX")]
         subject: Option<String>,
+        /// The JetStream object store bucket of the uploads (list, fetch).
+        /// Default: bucket of [fleet], else flightrec.
+        #[arg(long, value_name = "BUCKET", value_parser = parse_bucket)]
+        bucket: Option<String>,
         /// A NATS credentials file. Default: creds of [fleet].
         #[arg(long, value_name = "FILE", conflicts_with = "user")]
         creds: Option<PathBuf>,
@@ -150,8 +158,9 @@ enum Command {
         /// The file holding --user's password.
         #[arg(long, value_name = "FILE", requires = "user")]
         password_file: Option<PathBuf>,
+        // Boxed: the other commands are much smaller.
         #[command(subcommand)]
-        command: FleetCommand,
+        command: Box<FleetCommand>,
     },
 }
 
@@ -182,6 +191,49 @@ enum FleetCommand {
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
     },
+    /// List the snapshots the daemons uploaded into the bucket.
+    ///
+    /// One line each, newest first: host, id, size, creation time (UTC),
+    /// trigger, compression, label; with --json
+    /// {"snapshots": [{"host", "id", "label", "trigger", "bytes",
+    /// "compressed", "created_unix_ns"}, ...]}. Objects that are not
+    /// snapshots are skipped with a warning on stderr. Exit status 1 when
+    /// the bucket does not exist (nothing was uploaded yet).
+    List {
+        /// Only the snapshots of this fleet host.
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+    },
+    /// Download one snapshot of the bucket; print the path written.
+    ///
+    /// `perf script -i PATH` reads it. The file appears only once complete,
+    /// of the size and SHA-256 digest the store and the snapshot's headers
+    /// give: a cut or interrupted download leaves nothing behind. Exit
+    /// status 1 when there is no such snapshot, the file exists (see
+    /// --force) or the download came short or corrupt.
+    Fetch {
+        /// The snapshot, as `snapctl fleet list` shows it: HOST/ID.
+        #[arg(value_name = "HOST/ID", value_parser = snapctl::fleet::store::parse_snapshot_ref)]
+        snapshot: (String, String),
+        /// The file to write (or a directory to write ID.perf.data into).
+        /// Default: ./ID.perf.data.
+        #[arg(short, long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A JetStream bucket name, as `[fleet] bucket` accepts it.
+fn parse_bucket(s: &str) -> Result<String, String> {
+    if snapctl::fleet::store::valid_bucket_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a bucket name: 1 to 64 characters from A-Z a-z 0-9 _ -"
+        ))
+    }
 }
 
 /// The id of a snapshot file name (`ID.perf.data`).
@@ -280,9 +332,17 @@ fn socket_path(flag: Option<PathBuf>) -> PathBuf {
 struct FleetFlags {
     nats: Option<String>,
     subject: Option<String>,
+    bucket: Option<String>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password_file: Option<PathBuf>,
+}
+
+fn print_line(text: &str) -> Result<(), ClientError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(ClientError::Output)
 }
 
 /// `snapctl fleet ...`: NATS only, no daemon socket.
@@ -302,6 +362,9 @@ async fn run_fleet(
     if let Some(s) = flags.subject {
         target.subject = s;
     }
+    if let Some(b) = flags.bucket {
+        target.bucket = b;
+    }
     if let Some(creds) = flags.creds {
         target.creds = Some(creds);
         target.user = None;
@@ -310,14 +373,33 @@ async fn run_fleet(
         target.user = Some((user, file));
         target.creds = None;
     }
-    let FleetCommand::Dump {
-        label,
-        select,
-        compress,
-        wait,
-        mut expect,
-        host,
-    } = command;
+    let (label, select, compress, wait, mut expect, host) = match command {
+        FleetCommand::Dump {
+            label,
+            select,
+            compress,
+            wait,
+            expect,
+            host,
+        } => (label, select, compress, wait, expect, host),
+        FleetCommand::List { host } => {
+            let listing = snapctl::fleet::store::list(&target, host.as_deref(), timeout).await?;
+            for warning in listing.warnings() {
+                eprintln!("snapctl: {warning}");
+            }
+            return print_line(&listing.render(json));
+        }
+        FleetCommand::Fetch {
+            snapshot: (host, id),
+            output,
+            force,
+        } => {
+            let out = snapctl::fleet::store::output_path(output.as_deref(), &id);
+            let fetched =
+                snapctl::fleet::store::fetch(&target, (&host, &id), &out, force, timeout).await?;
+            return print_line(&fetched.render(json));
+        }
+    };
     let select: BTreeMap<String, String> = select.into_iter().collect();
     let request = request_json(label.as_deref(), &select, compress);
     if let Some(h) = &host
@@ -345,6 +427,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Command::Fleet {
             nats,
             subject,
+            bucket,
             creds,
             user,
             password_file,
@@ -353,11 +436,12 @@ async fn run(args: Args) -> Result<(), ClientError> {
             let flags = FleetFlags {
                 nats,
                 subject,
+                bucket,
                 creds,
                 user,
                 password_file,
             };
-            return run_fleet(flags, command, json, timeout).await;
+            return run_fleet(flags, *command, json, timeout).await;
         }
         command => Args { command, ..args },
     };

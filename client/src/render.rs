@@ -111,7 +111,8 @@ pub fn dump(r: &pb::DumpReply, as_json: bool) -> String {
     v.to_string()
 }
 
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+/// Left-aligned columns under `header`, two spaces apart.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

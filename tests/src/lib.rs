@@ -88,7 +88,34 @@ fn build_binaries(profile: &Path) -> Result<(), String> {
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // Not the variables `cargo test` sets for this test: a build script
+    // that watches one (ring's watches OUT_DIR and CARGO_MANIFEST_DIR)
+    // would rerun, and everything above it be rebuilt here and again by
+    // the next plain `cargo build`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let set_by_cargo = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CFG_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+            || [
+                "OUT_DIR",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&&*name);
+        if set_by_cargo {
+            command.env_remove(&*name);
+        }
+    }
+    let status = command
         .args(["build", "--bins", "-p", "flightrecd", "-p", "snapctl"])
         .arg("--profile")
         .arg(profile_name)

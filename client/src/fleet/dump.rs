@@ -3,103 +3,14 @@
 //! expected host answered).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use async_nats::ConnectOptions;
-use flightrec_config::{DEFAULT_NATS_URL, DEFAULT_SUBJECT, FleetConfig};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
+use super::FleetTarget;
 use crate::ClientError;
 use crate::render::human_bytes;
-
-/// Where and how to reach NATS: `--nats`, else `[fleet]` of the config
-/// file, else the local default; credentials and subject from `[fleet]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FleetTarget {
-    pub servers: Vec<String>,
-    pub subject: String,
-    pub creds: Option<PathBuf>,
-    pub user: Option<(String, PathBuf)>,
-    pub tls_ca: Option<PathBuf>,
-    pub tls_client: Option<(PathBuf, PathBuf)>,
-}
-
-impl FleetTarget {
-    pub fn new(nats: Option<String>, fleet: Option<&FleetConfig>) -> Self {
-        let servers = match (nats, fleet) {
-            (Some(url), _) => vec![url],
-            (None, Some(f)) => f.servers().to_vec(),
-            (None, None) => vec![DEFAULT_NATS_URL.to_string()],
-        };
-        Self {
-            servers,
-            subject: fleet.map_or(DEFAULT_SUBJECT.to_string(), |f| f.subject.get_ref().clone()),
-            creds: fleet.and_then(|f| f.creds.as_ref().map(|c| c.get_ref().clone())),
-            user: fleet.and_then(|f| match (&f.user, &f.password_file) {
-                (Some(u), Some(p)) => Some((u.get_ref().clone(), p.get_ref().clone())),
-                _ => None,
-            }),
-            tls_ca: fleet.and_then(|f| f.tls_ca.as_ref().map(|c| c.get_ref().clone())),
-            tls_client: fleet.and_then(|f| match (&f.tls_cert, &f.tls_key) {
-                (Some(c), Some(k)) => Some((c.get_ref().clone(), k.get_ref().clone())),
-                _ => None,
-            }),
-        }
-    }
-
-    fn error(&self, message: impl std::fmt::Display) -> ClientError {
-        ClientError::Nats {
-            servers: self.servers.join(", "),
-            message: message.to_string(),
-        }
-    }
-
-    async fn connect(&self, timeout: Duration) -> Result<async_nats::Client, ClientError> {
-        let mut options = ConnectOptions::new()
-            .name("snapctl")
-            .connection_timeout(timeout);
-        if let Some(creds) = &self.creds {
-            options = options
-                .credentials_file(creds)
-                .await
-                .map_err(|e| self.error(format!("cannot read {}: {e}", creds.display())))?;
-        }
-        if let Some((user, file)) = &self.user {
-            let password = std::fs::read_to_string(file)
-                .map_err(|e| self.error(format!("cannot read {}: {e}", file.display())))?;
-            options = options.user_and_password(
-                user.clone(),
-                password.trim_end_matches(['\n', '\r']).to_string(),
-            );
-        }
-        if let Some(ca) = &self.tls_ca {
-            options = options.add_root_certificates(ca.clone()).require_tls(true);
-        }
-        if let Some((cert, key)) = &self.tls_client {
-            options = options
-                .add_client_certificate(cert.clone(), key.clone())
-                .require_tls(true);
-        }
-        let addrs = self
-            .servers
-            .iter()
-            .map(|u| u.parse::<async_nats::ServerAddr>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.error(e))?;
-        options.connect(addrs).await.map_err(|e| {
-            if e.kind() == async_nats::ConnectErrorKind::AuthorizationViolation {
-                self.error(
-                    "authorization violation (the server refused the credentials: --creds, \
-                     --user with --password-file, or those of [fleet] in the config)",
-                )
-            } else {
-                self.error(e)
-            }
-        })
-    }
-}
 
 /// `role=db` into its key and value.
 pub fn parse_selector(s: &str) -> Result<(String, String), String> {
@@ -291,27 +202,6 @@ mod tests {
             request_json(Some("x"), &select, true),
             json!({"label": "x", "select": {"role": "db"}, "compress": true})
         );
-    }
-
-    #[test]
-    fn the_target_follows_the_flag_then_the_config() {
-        let t = FleetTarget::new(None, None);
-        assert_eq!(t.servers, ["nats://127.0.0.1:4222"]);
-        assert_eq!(t.subject, "flightrec");
-        let cfg = flightrec_config::Config::from_toml(
-            "[fleet]\nnats = [\"nats://a:1\", \"nats://b:2\"]\nsubject = \"prod\"\n\
-             user = \"u\"\npassword_file = \"/p\"\n",
-            std::path::Path::new("/x.toml"),
-        )
-        .unwrap();
-        let fleet = cfg.fleet.as_ref().map(|f| f.get_ref());
-        let t = FleetTarget::new(None, fleet);
-        assert_eq!(t.servers, ["nats://a:1", "nats://b:2"]);
-        assert_eq!(t.subject, "prod");
-        assert_eq!(t.user, Some(("u".to_string(), PathBuf::from("/p"))));
-        let t = FleetTarget::new(Some("nats://c:3".into()), fleet);
-        assert_eq!(t.servers, ["nats://c:3"]);
-        assert_eq!(t.subject, "prod");
     }
 
     #[test]
