@@ -382,7 +382,7 @@ async fn what_cannot_be_uploaded_is_named() {
             "cannot upload s3://{}/fleet/host-a/box-3.perf.data to {}: its metadata would be ",
             server.bucket, server.endpoint
         )) && e.ends_with(
-            " bytes, S3 takes at most 2048 (fleet.labels are 2199 of them: shorten them)"
+            " bytes, S3 takes at most 2048 (fleet.labels are 2281 of them: shorten them)"
         ),
         "{e}"
     );

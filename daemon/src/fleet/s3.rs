@@ -745,10 +745,11 @@ mod tests {
         };
         let attributes = metadata_attributes(&headers);
         // Names: flightrec-{host,id,labels,trigger,label,created-unix-ns,
-        // bytes,compressed,digest}; values: "h", "i", "=?UTF-8?B?az3DvA==?=",
+        // bytes,compressed,digest}; values: "h", "i",
+        // "=?UTF-8?B?eyJrIjoiw7wifQ==?=" ({"k":"ü"}),
         // "signal", "", "5", "10", "true", "".
         let names = [4, 2, 6, 7, 5, 15, 5, 10, 6].iter().sum::<usize>() + 9 * "flightrec-".len();
-        let values = 1 + 1 + 20 + 6 + 1 + 2 + 4;
+        let values = 1 + 1 + 28 + 6 + 1 + 2 + 4;
         assert_eq!(metadata_bytes(&attributes), names + values);
     }
 
