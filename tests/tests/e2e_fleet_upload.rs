@@ -9,6 +9,7 @@
 //! stream holds one message per chunk plus one per object, so its last
 //! sequence equals that sum only when nothing was sent again.
 
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -542,4 +543,39 @@ fn with_s3_set_a_snapshot_goes_to_both_destinations() {
         "the S3 object is the snapshot"
     );
     find_in(&bucket(&url), "host-a", &local);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_snapshot_that_cannot_be_read_does_not_hold_the_queue() {
+    require_root("a_snapshot_that_cannot_be_read_does_not_hold_the_queue");
+    let port = flightrec_tests::free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut d = Daemon::start(&fleet_section(&url, "host-a", "role = \"db\"", ""));
+    d.signal("USR2");
+    let first = wait_listed(&d, 1)[0].clone();
+    std::thread::sleep(Duration::from_millis(150));
+    d.signal("USR2");
+    let second = wait_listed(&d, 2)[1].clone();
+    // Stopped with both queued, the oldest turned into something no upload
+    // can read (a directory under its name: open works, read fails), the
+    // server up, the daemon started again: the queue resumes.
+    d.stop();
+    let path = Path::new(first["path"].as_str().unwrap());
+    std::fs::remove_file(path).unwrap();
+    std::fs::create_dir(path).unwrap();
+    let nats = NatsServer::start_on(port, None);
+    d.spawn();
+    let f = wait_fleet(&d, Duration::from_secs(60), |f| f["uploaded"] == 1);
+    assert_eq!(f["uploads_pending"], 1, "the unreadable one waits: {f}");
+    assert!(
+        f["last_upload_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Is a directory")),
+        "{f}"
+    );
+    let objects = bucket(&nats.url());
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    find_in(&objects, "host-a", &second);
+    std::fs::remove_dir(path).unwrap();
 }

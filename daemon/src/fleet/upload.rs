@@ -30,6 +30,8 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 /// The queue is looked at this often even without a new snapshot (a
 /// snapshot queued by an earlier run, a destination back).
 const RESCAN: Duration = Duration::from_secs(60);
+/// Failures in a row that take a destination out of a pass.
+const DOWN_AFTER: u32 = 2;
 /// Opening the bucket (a JetStream request or two) may take this long
 /// before the attempt counts as failed: while NATS is down requests wait.
 const OPEN_DEADLINE: Duration = Duration::from_secs(10);
@@ -112,10 +114,17 @@ impl Uploader {
             }
         };
         self.set_pending(pending.len());
-        // Destinations that failed in this pass: likely down, so the rest
-        // waits for the next pass (whose pause grows) rather than failing
-        // one snapshot after another.
-        let mut down: Vec<String> = Vec::new();
+        // Failures in a row per destination in this pass. One may be the
+        // snapshot's own (an unreadable file), so the next snapshot is
+        // still tried and one bad snapshot cannot hold the queue; two mean
+        // the destination is down, and the rest waits for the next pass
+        // (whose pause grows) rather than failing one snapshot after
+        // another.
+        let mut failures: BTreeMap<String, u32> = BTreeMap::new();
+        let mut any_failed = false;
+        let is_down = |failures: &BTreeMap<String, u32>, d: &str| {
+            failures.get(d).copied().unwrap_or(0) >= DOWN_AFTER
+        };
         for snapshot in pending {
             for destination in &snapshot.pending_uploads {
                 if !configured.contains(destination) {
@@ -128,21 +137,25 @@ impl Uploader {
                     let _ = store.settle_upload(&snapshot.id, destination);
                     continue;
                 }
-                if down.contains(destination) {
+                if is_down(&failures, destination) {
                     continue;
                 }
-                match self.upload(opened, &snapshot, destination).await {
+                let result = match self.upload(opened, &snapshot, destination).await {
+                    Ok(u) => store
+                        .settle_upload(&snapshot.id, destination)
+                        .map(|_| u)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                match result {
                     Ok(u) => {
-                        if let Err(e) = store.settle_upload(&snapshot.id, destination) {
-                            self.failed(&snapshot.id, destination, e.to_string());
-                            down.push(destination.clone());
-                            continue;
-                        }
+                        failures.remove(destination);
                         self.done(u);
                     }
                     Err(e) => {
                         self.failed(&snapshot.id, destination, e);
-                        down.push(destination.clone());
+                        *failures.entry(destination.clone()).or_default() += 1;
+                        any_failed = true;
                     }
                 }
             }
@@ -150,7 +163,7 @@ impl Uploader {
         if let Ok(p) = store.pending_uploads() {
             self.set_pending(p.len());
         }
-        !down.is_empty()
+        any_failed
     }
 
     async fn upload(
