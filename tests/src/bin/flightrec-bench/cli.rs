@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory, loss).
+    /// memory, loss, fleet).
     #[arg(
         long,
         value_delimiter = ',',

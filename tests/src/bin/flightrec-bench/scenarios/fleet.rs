@@ -50,12 +50,13 @@ fn wait_status(r: &Recorder, what: &str, done: impl Fn(&serde_json::Value) -> bo
     }
 }
 
-/// Until every recorder has uploaded `n` snapshots (host-a's local dumps
-/// come on top: at least `n`) and none waits.
-fn all_uploaded(recorders: &[Recorder], n: usize) -> Result<()> {
-    for r in recorders {
+/// Until host-a has uploaded `n` snapshots, the others at least half as
+/// many (they take no local dumps), and none waits.
+fn all_uploaded(recorders: &[Recorder], n: u64) -> Result<()> {
+    for (i, r) in recorders.iter().enumerate() {
+        let want = if i == 0 { n } else { n.div_ceil(2) };
         wait_status(r, "uploads done", |f| {
-            f["uploaded"].as_u64() >= Some(n as u64) && f["uploads_pending"] == 0
+            f["uploaded"].as_u64() >= Some(want) && f["uploads_pending"] == 0
         })?;
     }
     Ok(())
@@ -81,12 +82,60 @@ fn fleet_dump(url: &str) -> Result<Duration> {
     Ok(Duration::from_nanos(ns))
 }
 
+/// What one phase (under load, or idle) measured.
+#[derive(Default)]
+struct Phase {
+    fan_out: Vec<f64>,
+    local: Vec<f64>,
+    upload_ms: Vec<f64>,
+    mib_per_s: Vec<f64>,
+    sizes: Vec<f64>,
+}
+
+impl Phase {
+    /// `rounds` fleet dumps, each followed by a local dump on host-a, every
+    /// snapshot uploaded before the next. `uploaded` counts host-a's
+    /// uploads so far.
+    fn run(
+        &mut self,
+        recorders: &mut [Recorder],
+        url: &str,
+        rounds: usize,
+        uploaded: &mut u64,
+    ) -> Result<()> {
+        for _ in 0..rounds {
+            self.fan_out.push(fleet_dump(url)?.as_secs_f64() * 1e3);
+            *uploaded += 1;
+            let n = *uploaded;
+            all_uploaded(recorders, n)?;
+            let shot = recorders[0].trigger_snapctl(false)?;
+            self.local.push(shot.elapsed.as_secs_f64() * 1e3);
+            *uploaded += 1;
+            let n = *uploaded;
+            wait_status(&recorders[0], "local upload", |f| {
+                f["uploaded"].as_u64() >= Some(n) && f["uploads_pending"] == 0
+            })?;
+        }
+        Ok(())
+    }
+
+    fn add_uploads(&mut self, log_lines: &str) {
+        for (bytes, ms) in uploads(log_lines) {
+            self.sizes.push(bytes as f64 / MIB as f64);
+            self.upload_ms.push(ms as f64);
+            if ms > 0 {
+                self.mib_per_s
+                    .push(bytes as f64 / MIB as f64 / (ms as f64 / 1e3));
+            }
+        }
+    }
+}
+
 pub fn fleet(args: &Args) -> Result<Section> {
     let nats = NatsServer::start();
     let url = nats.url();
     let rounds = if args.quick { 5 } else { 10 };
-    let (mut fan_out, mut local, mut upload_ms, mut mib_per_s, mut sizes) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut loaded, mut idle) = (Phase::default(), Phase::default());
     for _ in 0..args.runs {
         let mut recorders = HOSTS
             .iter()
@@ -104,57 +153,59 @@ pub fn fleet(args: &Args) -> Result<Section> {
         for r in &recorders {
             wait_status(r, "connected", |f| f["state"] == "connected")?;
         }
+        let mut uploaded = 0;
         let load = BackgroundLoad::messaging(4)?;
         std::thread::sleep(Duration::from_secs(5));
-        for round in 1..=rounds {
-            fan_out.push(fleet_dump(&url)?.as_secs_f64() * 1e3);
-            all_uploaded(&recorders, round)?;
-            // The local dump (host-a only) is uploaded too, before the
-            // next round's fleet dump.
-            let shot = recorders[0].trigger_snapctl(false)?;
-            local.push(shot.elapsed.as_secs_f64() * 1e3);
-            wait_status(&recorders[0], "local upload", |f| {
-                f["uploaded"].as_u64() > Some(round as u64) && f["uploads_pending"] == 0
-            })?;
-        }
+        loaded.run(&mut recorders, &url, rounds, &mut uploaded)?;
         drop(load);
-        for r in recorders {
-            for (bytes, ms) in uploads(&r.log()) {
-                sizes.push(bytes as f64 / MIB as f64);
-                upload_ms.push(ms as f64);
-                if ms > 0 {
-                    mib_per_s.push(bytes as f64 / MIB as f64 / (ms as f64 / 1e3));
-                }
-            }
+        // Where each log's idle part begins.
+        let marks: Vec<usize> = recorders.iter().map(|r| r.log().len()).collect();
+        std::thread::sleep(Duration::from_secs(2));
+        idle.run(&mut recorders, &url, rounds, &mut uploaded)?;
+        for (r, mark) in recorders.into_iter().zip(marks) {
+            let log = r.log();
+            let (under_load, after) = log.split_at(mark.min(log.len()));
+            loaded.add_uploads(under_load);
+            idle.add_uploads(after);
             r.stop()?;
         }
     }
-    let none = "no counterpart".to_string();
-    let row = |metric: &str, v: &[f64], unit: &str, precision| Row {
+    let row = |metric: &str, pick: &dyn Fn(&Phase) -> &Vec<f64>, unit: &str, precision| Row {
         metric: metric.into(),
-        flightrec: show(Summary::of(v), unit, precision),
-        perf: none.clone(),
+        flightrec: show(Summary::of(pick(&loaded)), unit, precision),
+        perf: show(Summary::of(pick(&idle)), unit, precision),
         ratio: None,
         target: "reported",
     };
     Ok(Section {
         title: format!(
-            "Fleet: 3 daemons and one nats-server (JetStream) on this machine, under `perf bench \
-             sched messaging -g 4`, {} MiB per CPU, {rounds} fleet dumps and {rounds} local \
-             dumps per run",
+            "Fleet: 3 daemons and one nats-server (JetStream) on this machine, {} MiB per CPU, \
+             {rounds} fleet dumps and {rounds} local dumps per run and phase. perf has no \
+             counterpart: the flightrec column is under `perf bench sched messaging -g 4`, \
+             the perf column holds flightrec's figures on the idle machine",
             RING / MIB
         ),
         rows: vec![
             row(
                 "fleet dump: request → last of 3 replies",
-                &fan_out,
+                &|p| &p.fan_out,
                 " ms",
                 1,
             ),
-            row("local dump: `snapctl dump` call → reply", &local, " ms", 1),
-            row("snapshot size", &sizes, " MiB", 1),
-            row("upload to JetStream: digest + put", &upload_ms, " ms", 0),
-            row("upload throughput", &mib_per_s, " MiB/s", 1),
+            row(
+                "local dump: `snapctl dump` call → reply",
+                &|p| &p.local,
+                " ms",
+                1,
+            ),
+            row("snapshot size", &|p| &p.sizes, " MiB", 1),
+            row(
+                "upload to JetStream: digest + put",
+                &|p| &p.upload_ms,
+                " ms",
+                0,
+            ),
+            row("upload throughput", &|p| &p.mib_per_s, " MiB/s", 1),
         ],
     })
 }
