@@ -95,19 +95,33 @@ struct Phase {
 impl Phase {
     /// `rounds` fleet dumps, each followed by a local dump on host-a, every
     /// snapshot uploaded before the next. `uploaded` counts host-a's
-    /// uploads so far.
+    /// uploads so far. With `refill`, a burst of load fills the rings
+    /// before each dump and stops before it, so the idle machine dumps and
+    /// ships full rings.
     fn run(
         &mut self,
         recorders: &mut [Recorder],
         url: &str,
         rounds: usize,
         uploaded: &mut u64,
+        refill: bool,
     ) -> Result<()> {
+        let fill = || -> Result<()> {
+            if refill {
+                let load = BackgroundLoad::messaging(4)?;
+                std::thread::sleep(Duration::from_secs(3));
+                drop(load);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Ok(())
+        };
         for _ in 0..rounds {
+            fill()?;
             self.fan_out.push(fleet_dump(url)?.as_secs_f64() * 1e3);
             *uploaded += 1;
             let n = *uploaded;
             all_uploaded(recorders, n)?;
+            fill()?;
             let shot = recorders[0].trigger_snapctl(false)?;
             self.local.push(shot.elapsed.as_secs_f64() * 1e3);
             *uploaded += 1;
@@ -156,12 +170,12 @@ pub fn fleet(args: &Args) -> Result<Section> {
         let mut uploaded = 0;
         let load = BackgroundLoad::messaging(4)?;
         std::thread::sleep(Duration::from_secs(5));
-        loaded.run(&mut recorders, &url, rounds, &mut uploaded)?;
+        loaded.run(&mut recorders, &url, rounds, &mut uploaded, false)?;
         drop(load);
         // Where each log's idle part begins.
         let marks: Vec<usize> = recorders.iter().map(|r| r.log().len()).collect();
         std::thread::sleep(Duration::from_secs(2));
-        idle.run(&mut recorders, &url, rounds, &mut uploaded)?;
+        idle.run(&mut recorders, &url, rounds, &mut uploaded, true)?;
         for (r, mark) in recorders.into_iter().zip(marks) {
             let log = r.log();
             let (under_load, after) = log.split_at(mark.min(log.len()));
@@ -182,7 +196,7 @@ pub fn fleet(args: &Args) -> Result<Section> {
             "Fleet: 3 daemons and one nats-server (JetStream) on this machine, {} MiB per CPU, \
              {rounds} fleet dumps and {rounds} local dumps per run and phase. perf has no \
              counterpart: the flightrec column is under `perf bench sched messaging -g 4`, \
-             the perf column holds flightrec's figures on the idle machine",
+             the perf column holds flightrec's figures on the idle machine (rings filled by a 3 s burst of that load, stopped 0.5 s before each dump)",
             RING / MIB
         ),
         rows: vec![
