@@ -136,17 +136,33 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn snapshot_row(s: &pb::Snapshot) -> Vec<String> {
+    snapshot_cells(
+        &s.id,
+        s.bytes,
+        s.created_unix_ns,
+        &s.trigger,
+        s.compressed,
+        &s.label,
+    )
+}
+
+/// The cells of a snapshot in a table: ID, SIZE, CREATED, TRIGGER,
+/// COMPRESSED, LABEL (`snapctl list`, and `fleet list` after the host).
+pub fn snapshot_cells(
+    id: &str,
+    bytes: u64,
+    created_unix_ns: i64,
+    trigger: &str,
+    compressed: bool,
+    label: &str,
+) -> Vec<String> {
     vec![
-        s.id.clone(),
-        human_bytes(s.bytes),
-        utc(s.created_unix_ns),
-        s.trigger.clone(),
-        if s.compressed { "zstd" } else { "-" }.into(),
-        if s.label.is_empty() {
-            "-".into()
-        } else {
-            s.label.clone()
-        },
+        id.to_string(),
+        human_bytes(bytes),
+        utc(created_unix_ns),
+        trigger.to_string(),
+        if compressed { "zstd" } else { "-" }.into(),
+        if label.is_empty() { "-" } else { label }.to_string(),
     ]
 }
 

@@ -7,35 +7,23 @@
 //! dumps on SIGUSR2; one started before its server connects once it runs.
 
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
+use flightrec_tests::fleet::{
+    connected, fleet_toml, snapctl_fleet_json, start_connected, wait_fleet,
+};
 use flightrec_tests::{Daemon, NatsServer, bin_path, free_port, perf_script, require_root};
 use serde_json::Value;
 
-/// `[fleet]` for a test daemon; `extra` adds keys (credentials).
+/// `[fleet]` for a test daemon that uploads nothing; `extra` adds keys
+/// (credentials).
 fn fleet_section(url: &str, host: &str, labels: &str, extra: &str) -> String {
-    format!(
-        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
-         [fleet]\nnats = \"{url}\"\nhost = \"{host}\"\nlabels = {{ {labels} }}\nupload = false\n{extra}\n"
+    fleet_toml(
+        &format!("\"{url}\""),
+        host,
+        labels,
+        &format!("upload = false\n{extra}"),
     )
-}
-
-/// `snapctl --json fleet --nats URL ARGS...`: exit status and JSON.
-fn fleet(url: &str, args: &[&str]) -> (Output, Value) {
-    let out = std::process::Command::new(bin_path("snapctl"))
-        .args(["--json", "fleet", "--nats", url])
-        .args(args)
-        .output()
-        .expect("run snapctl fleet");
-    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "snapctl fleet {args:?} printed no JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out, v)
 }
 
 fn hosts(v: &Value) -> Vec<String> {
@@ -47,46 +35,24 @@ fn hosts(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Waits until `status` shows the fleet in a state `done` accepts.
-fn wait_fleet(d: &Daemon, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let fleet = d.json(&["status"])["fleet"].clone();
-        if done(&fleet) {
-            return fleet;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fleet status not reached in {within:?}: {fleet}\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn connected(d: &Daemon) {
-    wait_fleet(d, Duration::from_secs(20), |f| f["state"] == "connected");
-}
-
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
     require_root("fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones");
     let nats = NatsServer::start();
     let url = nats.url();
-    let daemons: Vec<(&str, Daemon)> = [
-        ("host-a", "role = \"db\", zone = \"1\""),
-        ("host-b", "role = \"db\", zone = \"2\""),
-        ("host-c", "role = \"web\", zone = \"1\""),
-    ]
-    .into_iter()
-    .map(|(host, labels)| (host, Daemon::start(&fleet_section(&url, host, labels, ""))))
-    .collect();
-    for (_, d) in &daemons {
-        connected(d);
-    }
+    let daemons = start_connected(
+        [
+            ("host-a", "role = \"db\", zone = \"1\""),
+            ("host-b", "role = \"db\", zone = \"2\""),
+            ("host-c", "role = \"web\", zone = \"1\""),
+        ]
+        .into_iter()
+        .map(|(host, labels)| (host, fleet_section(&url, host, labels, "")))
+        .collect(),
+    );
 
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump",
@@ -135,7 +101,7 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
     // Only the two db hosts answer a selector on role=db: the wait runs
     // out (no --expect) and host-c has neither replied nor dumped.
     let started = Instant::now();
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump", "--label", "db-only", "--select", "role=db", "--wait", "3s",
@@ -155,7 +121,7 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
 
     // Two selector pairs must both match; an expected host that does not
     // answer is listed as missing, and the exit status is 1.
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump",
@@ -179,7 +145,7 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
     );
 
     // One host by its own subject: only it answers and dumps.
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump", "--host", "host-c", "--label", "c-only", "--wait", "2s",
@@ -196,7 +162,7 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
     // A label no snapshot may carry: every host answers why, nothing is
     // written, exit status 1.
     let before: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump",
@@ -310,7 +276,7 @@ fn wrong_credentials_show_in_status_and_the_daemon_still_dumps_on_sigusr2() {
         )
     );
     let right = right.to_str().unwrap();
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "--user",
@@ -354,7 +320,7 @@ fn a_daemon_started_before_its_server_joins_when_the_server_comes() {
 
     let _nats = NatsServer::start_on(port, None);
     connected(&d);
-    let (out, v) = fleet(
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump",
@@ -381,7 +347,7 @@ fn a_daemon_started_before_its_server_joins_when_the_server_comes() {
             .contains("fleet (at next restart)"),
         "{r}"
     );
-    let (out, v) = fleet(&url, &["dump", "--wait", "20s", "--expect", "host-early"]);
+    let (out, v) = snapctl_fleet_json(&url, &["dump", "--wait", "20s", "--expect", "host-early"]);
     assert!(out.status.success(), "{v}");
 }
 

@@ -10,9 +10,11 @@
 //! sequence equals that sum only when nothing was sent again.
 
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
+use flightrec_tests::fleet::{
+    connected, fleet_toml, snapctl_fleet, snapctl_fleet_json, start_connected, wait_fleet,
+};
 use flightrec_tests::{
     Daemon, NatsCluster, NatsServer, Watcher, bin_path, perf_script, require_root,
 };
@@ -25,64 +27,35 @@ fn fleet_section(url: &str, host: &str, labels: &str, extra: &str) -> String {
     fleet_toml(&format!("\"{url}\""), host, labels, extra)
 }
 
-/// As [`fleet_section`], `nats` given as TOML (a list of URLs).
-fn fleet_toml(nats: &str, host: &str, labels: &str, extra: &str) -> String {
-    format!(
-        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
-         [fleet]\nnats = {nats}\nhost = \"{host}\"\nlabels = {{ {labels} }}\n{extra}\n"
-    )
-}
-
-/// `snapctl --json fleet --nats URL ARGS...`: exit status and JSON.
-fn fleet(url: &str, args: &[&str]) -> (Output, Value) {
-    let out = snapctl_fleet(url, args, true);
-    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "snapctl fleet {args:?} printed no JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out, v)
-}
-
-fn snapctl_fleet(url: &str, args: &[&str], json: bool) -> Output {
-    let mut cmd = std::process::Command::new(bin_path("snapctl"));
-    if json {
-        cmd.arg("--json");
-    }
-    cmd.args(["fleet", "--nats", url])
-        .args(args)
-        .output()
-        .expect("run snapctl fleet")
-}
-
 /// The bucket's snapshots as `snapctl fleet list` gives them.
 fn bucket(url: &str) -> Vec<Value> {
-    let (out, v) = fleet(url, &["list"]);
+    let (out, v) = snapctl_fleet_json(url, &["list"]);
     assert!(out.status.success(), "{v}");
     v["snapshots"].as_array().cloned().expect("snapshots")
 }
 
-/// Waits until `status` shows the fleet in a state `done` accepts.
-fn wait_fleet(d: &Daemon, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let fleet = d.json(&["status"])["fleet"].clone();
-        if done(&fleet) {
-            return fleet;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fleet status not reached in {within:?}: {fleet}\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// `snapctl fleet fetch HOST/ID -o PATH`; the file's bytes.
+fn fetch(url: &str, host: &str, id: &Value, path: &Path) -> Vec<u8> {
+    let what = format!("{host}/{}", id.as_str().expect("id"));
+    let out = snapctl_fleet(url, &["fetch", &what, "-o", path.to_str().unwrap()], false);
+    assert!(
+        out.status.success(),
+        "fetch {what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(path).expect("the fetched file")
 }
 
-fn connected(d: &Daemon) {
-    wait_fleet(d, Duration::from_secs(20), |f| f["state"] == "connected");
+/// A daemon of `host-a` whose server is not there yet (its port is
+/// free), with `extra` config: every snapshot waits for its upload.
+fn daemon_before_its_server(extra: &str) -> (Daemon, u16) {
+    let port = flightrec_tests::free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let d = Daemon::start(&format!(
+        "{}\n{extra}",
+        fleet_section(&url, "host-a", "role = \"db\"", "")
+    ));
+    (d, port)
 }
 
 /// Until this daemon has uploaded `n` snapshots and none waits.
@@ -147,18 +120,17 @@ fn fleet_dumps_of_three_hosts_land_in_the_bucket_and_fetch_back() {
     require_root("fleet_dumps_of_three_hosts_land_in_the_bucket_and_fetch_back");
     let nats = NatsServer::start();
     let url = nats.url();
-    let daemons: Vec<(&str, Daemon)> = [
-        ("host-a", "role = \"db\""),
-        ("host-b", "role = \"db\""),
-        ("host-c", "role = \"web\""),
-    ]
-    .into_iter()
-    .map(|(host, labels)| (host, Daemon::start(&fleet_section(&url, host, labels, ""))))
-    .collect();
-    for (_, d) in &daemons {
-        connected(d);
-    }
-    let (out, v) = fleet(
+    let daemons = start_connected(
+        [
+            ("host-a", "role = \"db\""),
+            ("host-b", "role = \"db\""),
+            ("host-c", "role = \"web\""),
+        ]
+        .into_iter()
+        .map(|(host, labels)| (host, fleet_section(&url, host, labels, "")))
+        .collect(),
+    );
+    let (out, v) = snapctl_fleet_json(
         &url,
         &[
             "dump",
@@ -188,24 +160,11 @@ fn fleet_dumps_of_three_hosts_land_in_the_bucket_and_fetch_back() {
         assert_eq!(o["label"], "incident-1");
         // Fetched back, it is the same file, and perf reads it.
         let out_path = dest.path().join(format!("{host}.perf.data"));
-        let out = snapctl_fleet(
-            &url,
-            &[
-                "fetch",
-                &format!("{host}/{}", local[0]["id"].as_str().unwrap()),
-                "-o",
-                out_path.to_str().unwrap(),
-            ],
-            false,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let fetched = std::fs::read(&out_path).expect("fetched file");
         let original = std::fs::read(local[0]["path"].as_str().unwrap()).unwrap();
-        assert!(fetched == original, "{host}: the fetched file differs");
+        assert!(
+            fetch(&url, host, &local[0]["id"], &out_path) == original,
+            "{host}: the fetched file differs"
+        );
         let script = perf_script(&out_path, &[]);
         assert!(
             script.contains("sched_switch") || script.contains("cpu-clock"),
@@ -213,7 +172,7 @@ fn fleet_dumps_of_three_hosts_land_in_the_bucket_and_fetch_back() {
         );
     }
     // --host keeps one host's.
-    let (_, v) = fleet(&url, &["list", "--host", "host-b"]);
+    let (_, v) = snapctl_fleet_json(&url, &["list", "--host", "host-b"]);
     let only: Vec<&str> = v["snapshots"]
         .as_array()
         .unwrap()
@@ -318,24 +277,14 @@ fn a_daemon_killed_during_an_upload_completes_it_after_restart() {
     let o = find_in(&objects, "host-a", &cut);
     assert_eq!(o["trigger"], "signal");
     let dest = tempfile::tempdir().unwrap();
-    let out_path = dest.path().join("cut.perf.data");
-    let out = snapctl_fleet(
+    let fetched = fetch(
         &url,
-        &[
-            "fetch",
-            &format!("host-a/{}", cut["id"].as_str().unwrap()),
-            "-o",
-            out_path.to_str().unwrap(),
-        ],
-        false,
+        "host-a",
+        &cut["id"],
+        &dest.path().join("cut.perf.data"),
     );
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        std::fs::read(&out_path).unwrap() == std::fs::read(cut["path"].as_str().unwrap()).unwrap(),
+        fetched == std::fs::read(cut["path"].as_str().unwrap()).unwrap(),
         "the upload completed after the restart is the file on disk"
     );
 }
@@ -344,13 +293,7 @@ fn a_daemon_killed_during_an_upload_completes_it_after_restart() {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn retention_keeps_snapshots_waiting_for_upload_until_the_byte_budget_forces_it() {
     require_root("retention_keeps_snapshots_waiting_for_upload_until_the_byte_budget_forces_it");
-    // No server on this port yet: every snapshot waits.
-    let port = flightrec_tests::free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let d = Daemon::start(&format!(
-        "{}\n[retention]\nmax_snapshots = 1\n",
-        fleet_section(&url, "host-a", "role = \"db\"", "")
-    ));
+    let (d, port) = daemon_before_its_server("[retention]\nmax_snapshots = 1\n");
     for n in 1..=3 {
         d.signal("USR2");
         wait_listed(&d, n);
@@ -382,13 +325,8 @@ fn retention_keeps_snapshots_waiting_for_upload_until_the_byte_budget_forces_it(
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn the_byte_budget_removes_a_waiting_snapshot_and_says_so() {
     require_root("the_byte_budget_removes_a_waiting_snapshot_and_says_so");
-    let port = flightrec_tests::free_port();
-    let url = format!("nats://127.0.0.1:{port}");
     // 1 byte: every older snapshot is over budget.
-    let d = Daemon::start(&format!(
-        "{}\n[retention]\nmax_bytes = 1\n",
-        fleet_section(&url, "host-a", "role = \"db\"", "")
-    ));
+    let (d, _) = daemon_before_its_server("[retention]\nmax_bytes = 1\n");
     let watch = Watcher::start(&d);
     d.signal("USR2");
     let first = wait_listed(&d, 1)[0].clone();
@@ -549,9 +487,7 @@ fn with_s3_set_a_snapshot_goes_to_both_destinations() {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_snapshot_that_cannot_be_read_does_not_hold_the_queue() {
     require_root("a_snapshot_that_cannot_be_read_does_not_hold_the_queue");
-    let port = flightrec_tests::free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let mut d = Daemon::start(&fleet_section(&url, "host-a", "role = \"db\"", ""));
+    let (mut d, port) = daemon_before_its_server("");
     d.signal("USR2");
     let first = wait_listed(&d, 1)[0].clone();
     std::thread::sleep(Duration::from_millis(150));

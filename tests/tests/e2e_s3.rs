@@ -41,6 +41,12 @@ fn credentials(server: &S3Server) -> S3Credentials {
     }
 }
 
+/// A destination on the server's bucket under "fleet", with its keys.
+fn destination_of(server: &S3Server) -> S3Destination {
+    S3Destination::with_credentials(&config(server, &server.bucket, None), credentials(server))
+        .unwrap()
+}
+
 /// A client of the test's own, to read back what was uploaded.
 fn reader(server: &S3Server) -> AmazonS3 {
     AmazonS3Builder::new()
@@ -217,11 +223,7 @@ async fn a_second_upload_of_the_same_snapshot_does_nothing() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let destination = S3Destination::with_credentials(
-        &config(&server, &server.bucket, None),
-        credentials(&server),
-    )
-    .unwrap();
+    let destination = destination_of(&server);
     let file = work.path().join("snapshot.perf.data");
     let size = 2 * MIB;
     write_file(&file, size, 2);
@@ -353,11 +355,7 @@ async fn what_cannot_be_uploaded_is_named() {
 
     // A file that is gone is named too (the queue reports it).
     let missing = work.path().join("gone.perf.data");
-    let ok = S3Destination::with_credentials(
-        &config(&server, &server.bucket, None),
-        credentials(&server),
-    )
-    .unwrap();
+    let ok = destination_of(&server);
     let e = ok.upload(&missing, &headers).await.unwrap_err();
     assert!(
         e.ends_with(&format!(
@@ -399,11 +397,7 @@ async fn a_big_snapshot_uploads_in_parts_with_bounded_memory() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let destination = S3Destination::with_credentials(
-        &config(&server, &server.bucket, None),
-        credentials(&server),
-    )
-    .unwrap();
+    let destination = destination_of(&server);
     let file = work.path().join("big.perf.data");
     let size = 64 * MIB;
     write_file(&file, size, 7);

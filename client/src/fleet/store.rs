@@ -20,7 +20,7 @@ use super::FleetTarget;
 use super::bucket::Bucket;
 use super::interrupts::Interrupts;
 use crate::ClientError;
-use crate::render::{human_bytes, table, utc};
+use crate::render::{human_bytes, snapshot_cells, table};
 
 /// An object of the bucket that is not a snapshot, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,19 +120,16 @@ impl Listing {
             .snapshots
             .iter()
             .map(|s| {
-                vec![
-                    s.host.clone(),
-                    s.id.clone(),
-                    human_bytes(s.bytes),
-                    utc(s.created_unix_ns),
-                    s.trigger.clone(),
-                    if s.compressed { "zstd" } else { "-" }.into(),
-                    if s.label.is_empty() {
-                        "-".into()
-                    } else {
-                        s.label.clone()
-                    },
-                ]
+                let mut row = vec![s.host.clone()];
+                row.extend(snapshot_cells(
+                    &s.id,
+                    s.bytes,
+                    s.created_unix_ns,
+                    &s.trigger,
+                    s.compressed,
+                    &s.label,
+                ));
+                row
             })
             .collect();
         let total: u64 = self.snapshots.iter().map(|s| s.bytes).sum();
