@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::host::{HostInfo, HostInfoError, KernelModule, parse_kallsyms_text, parse_proc_modules};
+use super::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
@@ -413,16 +413,7 @@ impl Recorder {
     /// text now taken as the modules already known: tests load modules on
     /// paper with it, on kernels without module support.
     pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
-        let known: Vec<KernelModule> = parse_proc_modules(&std::fs::read_to_string(&source)?)
-            .into_iter()
-            .map(|(name, size, start)| KernelModule {
-                path: format!("[{name}]"),
-                name,
-                start,
-                size,
-                build_id: None,
-            })
-            .collect();
+        let known = bare_modules(&std::fs::read_to_string(&source)?);
         let tracking = self
             .events
             .last()

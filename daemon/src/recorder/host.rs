@@ -178,6 +178,21 @@ pub fn parse_proc_modules(text: &str) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
+/// The live modules of a /proc/modules text as perf names them without
+/// their files (`[name]`) and build-ids: what a watch starts from.
+pub fn bare_modules(text: &str) -> Vec<KernelModule> {
+    parse_proc_modules(text)
+        .into_iter()
+        .map(|(name, size, start)| KernelModule {
+            path: format!("[{name}]"),
+            name,
+            start,
+            size,
+            build_id: None,
+        })
+        .collect()
+}
+
 /// Module name -> `.ko` path (under `dir`) from a modules.dep text: the
 /// file name without `.ko*`, with `-` read as `_` as the kernel does.
 pub fn parse_modules_dep(text: &str, dir: &str) -> std::collections::HashMap<String, String> {

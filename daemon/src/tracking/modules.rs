@@ -225,6 +225,7 @@ impl ModuleWatch {
 mod tests {
     use super::*;
     use crate::perf::tracking_ring::tracking_attr;
+    use crate::recorder::host::bare_modules;
     use crate::tracking::record::{TrackingRecord, parse};
 
     const BEFORE: &str = "\
@@ -308,16 +309,7 @@ loop 36864 0 - Loading 0xffffffffc0c00000
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("modules");
         std::fs::write(&file, BEFORE).unwrap();
-        let known: Vec<KernelModule> = parse_proc_modules(BEFORE)
-            .into_iter()
-            .map(|(name, size, start)| KernelModule {
-                path: format!("[{name}]"),
-                name,
-                start,
-                size,
-                build_id: None,
-            })
-            .collect();
+        let known = bare_modules(BEFORE);
         let attr = tracking_attr(4096);
         let mut watch = ModuleWatch::reading(file.clone(), &known, 1_000, attr, 77);
         let t0 = Instant::now();
