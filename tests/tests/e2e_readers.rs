@@ -40,6 +40,21 @@ fn dump(d: &Daemon, args: &[&str]) -> std::path::PathBuf {
     Path::new(v["path"].as_str().expect("path")).to_path_buf()
 }
 
+/// `snapctl decompress FROM -o TO`, which must succeed.
+fn decompress(d: &Daemon, from: &Path, to: &Path) {
+    let out = d.snapctl(&[
+        "decompress",
+        from.to_str().unwrap(),
+        "-o",
+        to.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run reader");
     assert!(
@@ -356,17 +371,7 @@ fn decompress_writes_a_plain_copy_perf_reads_the_same() {
     std::thread::sleep(Duration::from_millis(300));
     let path = dump(&d, &[]);
     let plain = d.dir.path().join("plain.perf.data");
-    let out = d.snapctl(&[
-        "decompress",
-        path.to_str().unwrap(),
-        "-o",
-        plain.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    decompress(&d, &path, &plain);
     assert!(std::fs::metadata(&plain).unwrap().len() > 2 * std::fs::metadata(&path).unwrap().len());
     let header = run(Command::new("perf")
         .args(["report", "--header-only", "-i"])
@@ -628,17 +633,7 @@ fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
     // -z's included): it opens the plain copy `snapctl decompress` writes.
     let packed = dump(&d, &["--compress"]);
     let plain = out_dir.path().join("plain.perf.data");
-    let out = d.snapctl(&[
-        "decompress",
-        packed.to_str().unwrap(),
-        "-o",
-        plain.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    decompress(&d, &packed, &plain);
     check(&plain, spinner_samples(&packed), "decompressed copy");
 }
 
