@@ -295,6 +295,12 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
                 "maps_dropped": tracking.maps_dropped,
                 "checkpoints": tracking.checkpoints,
                 "checkpoint_interval_bytes": tracking.checkpoint_interval_bytes,
+                "build_ids_found": tracking.build_ids_found,
+                "build_ids_absent": tracking.build_ids_absent,
+                "build_ids_timed_out": tracking.build_ids_timed_out,
+                "build_ids_dropped": tracking.build_ids_dropped,
+                "build_ids_queued": tracking.build_ids_queued,
+                "build_id_readers_stuck": tracking.build_id_readers_stuck,
             },
             "store": {
                 "output_dir": store.output_dir,
@@ -371,6 +377,19 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         tracking.checkpoints,
         human_bytes(tracking.checkpoint_interval_bytes)
     ));
+    let read = tracking.build_ids_found + tracking.build_ids_absent;
+    if read + tracking.build_ids_timed_out + tracking.build_ids_dropped > 0 {
+        out.push(format!(
+            "build-ids read from mapped files: {} found, {} without, {} given up after the \
+             deadline, {} not read, {} waiting, {} readers hung",
+            tracking.build_ids_found,
+            tracking.build_ids_absent,
+            tracking.build_ids_timed_out,
+            tracking.build_ids_dropped,
+            tracking.build_ids_queued,
+            tracking.build_id_readers_stuck
+        ));
+    }
     out.push(format!(
         "store: {} snapshots, {} in {} ({} free)",
         store.snapshots,

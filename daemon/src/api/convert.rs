@@ -122,6 +122,12 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             exited_threads_dropped: r.tracking_dropped.exited_threads,
             maps_dropped: r.tracking_dropped.maps,
             checkpoints: r.tracking_log.checkpoints,
+            build_ids_found: r.build_ids.found,
+            build_ids_absent: r.build_ids.absent,
+            build_ids_timed_out: r.build_ids.timed_out,
+            build_ids_dropped: r.build_ids.dropped,
+            build_ids_queued: r.build_ids.queued,
+            build_id_readers_stuck: r.build_ids.stuck_readers,
             checkpoint_interval_bytes: s.checkpoint_interval_bytes,
         }),
         store: Some(pb::StoreStatus {

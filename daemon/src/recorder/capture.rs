@@ -45,6 +45,7 @@ use crate::perf::{PerfError, data_pages_for, page_size};
 use crate::ring::Corruption;
 use crate::ring::backward::{copy_range, find_range_limited};
 use crate::ring::size_at_end::SizeAtEndError;
+use crate::tracking::build_id::BuildIdStats;
 use crate::tracking::drain::{DrainThread, Tracking};
 use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog, TrackingLogStatus};
 use crate::tracking::modules::{LoadedModule, ModuleWatch};
@@ -137,6 +138,8 @@ pub struct RecorderStatus {
     /// What the limits made the process table drop.
     pub tracking_dropped: DroppedCounts,
     pub captures: u64,
+    /// What became of the build-ids read from mapped files.
+    pub build_ids: BuildIdStats,
     /// Set when the drain thread stopped by itself (captures still drain).
     pub tracking_drain_failure: Option<String>,
 }
@@ -373,10 +376,12 @@ impl Recorder {
 
         let mut tracking = lock(&self.tracking);
         tracking.drain();
-        let window = tracking
+        let mut window = tracking
             .log()
             .window(window_start_ns)
             .map_err(CaptureError::TrackingWalk)?;
+        let build_ids = tracking.build_ids();
+        build_ids.fill_records(&mut window.records);
         let tracking_lost = tracking.lost_total();
         let loaded_modules = tracking.loaded_modules().to_vec();
         if window_start_ns > 0 {
@@ -390,6 +395,9 @@ impl Recorder {
             &mut processes,
             &processes_needing_maps(&cpus, &self.layouts, &window.records),
         );
+        for p in &mut processes {
+            p.maps.fill_build_ids(|m| build_ids.for_map(m));
+        }
         self.captures.fetch_add(1, Ordering::Relaxed);
         Ok(Capture {
             events: self.events.clone(),
@@ -475,6 +483,7 @@ impl Recorder {
             tracking_limits: tracking.log().limits(),
             tracking_dropped: tracking.log().dropped(),
             captures: self.captures.load(Ordering::Relaxed),
+            build_ids: tracking.build_id_stats(),
             tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
     }

@@ -243,30 +243,10 @@ pub fn describe_modules(live: Vec<(String, u64, u64)>) -> Vec<KernelModule> {
         .collect()
 }
 
-/// ELF note type of a GNU build-id.
-const NT_GNU_BUILD_ID: u32 = 3;
-
 /// The GNU build-id among ELF notes laid end to end (the format of
-/// /sys/kernel/notes and /sys/module/*/notes/.note.gnu.build-id):
-/// per note u32 namesz, descsz, type, then name and desc, each padded to 4.
+/// /sys/kernel/notes and /sys/module/*/notes/.note.gnu.build-id).
 pub fn parse_build_id_note(notes: &[u8]) -> Option<Vec<u8>> {
-    let mut at = 0usize;
-    let word = |at: usize| -> Option<usize> {
-        Some(u32::from_le_bytes(notes.get(at..at + 4)?.try_into().ok()?) as usize)
-    };
-    while at + 12 <= notes.len() {
-        let (namesz, descsz) = (word(at)?, word(at + 4)?);
-        let kind = word(at + 8)? as u32;
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz.next_multiple_of(4))?;
-        let end = desc_at.checked_add(descsz.next_multiple_of(4))?;
-        let name = notes.get(name_at..name_at + namesz)?;
-        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && (1..=20).contains(&descsz) {
-            return Some(notes.get(desc_at..desc_at + descsz)?.to_vec());
-        }
-        at = end;
-    }
-    None
+    flightrec_files::elf::build_id_in_notes(notes).filter(|id| id.len() <= 20)
 }
 
 impl HostInfo {

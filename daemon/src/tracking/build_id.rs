@@ -1,118 +1,266 @@
 //! Build-ids of mapped files, for MMAP2 records the kernel wrote without
-//! one (kernels before 5.12, or a note the kernel could not read at map
-//! time). The file is read when the record is drained, never at dump time,
-//! and each file once (cached by device, inode and path).
+//! one (kernels before 5.12, or an ELF file whose note the kernel could not
+//! find in its first page).
 //!
-//! The paths come from processes the daemon does not trust: a file is only
-//! read if, opened without blocking and without following a final symlink,
-//! it is a regular file on the device and inode the kernel reported.
+//! The paths come from processes the daemon does not trust, and reading a
+//! file can be slow or never end (a FUSE file whose reads never return, a
+//! sparse file with a 4 GiB note section). So no file is read on the drain
+//! or under any lock a dump, `Status` or the API takes: the drain asks
+//! [`BuildIds`] and goes on; a reader thread reads the file's ELF notes (a
+//! few KiB at most, `flightrec_files::elf`), only if, opened without
+//! blocking and without following a final symlink, it is the regular file
+//! on the device and inode the kernel reported; the answer is cached by
+//! device, inode, generation and path. The drain fills records from the
+//! cache as it appends them; a capture fills the records and maps of its
+//! window that were appended before their answer came.
+//!
+//! A read that takes longer than [`READ_DEADLINE`] is given up: the file
+//! counts as having no build-id (`timed_out` in `Status`) and a new reader
+//! takes over the queue. At most [`MAX_STUCK_READERS`] readers may hang at
+//! once; beyond that, and beyond [`MAX_QUEUED`] files waiting, files are
+//! not read (`dropped`).
 
-use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use flightrec_files::{Links, open_regular};
 
 use crate::abi::{misc, record_type};
 
-use super::state::BuildId;
+use super::state::{BuildId, MapState};
 
-/// Entries kept before the cache starts over (bounds its memory).
+/// A file read for longer than this is given up.
+pub const READ_DEADLINE: Duration = Duration::from_secs(1);
+/// Readers that may hang in a read at once before files stop being read.
+pub const MAX_STUCK_READERS: usize = 4;
+/// Files waiting to be read at most.
+pub const MAX_QUEUED: usize = 1024;
+/// Answers kept before the cache starts over (bounds its memory).
 const MAX_CACHED: usize = 8192;
 /// MMAP2 body offsets (after the 8-byte header).
 const MMAP2_DEV: usize = 40;
 const MMAP2_PROT: usize = 64;
 const MMAP2_FILENAME: usize = 72;
-const PROT_EXEC: u32 = 4;
 
-/// The GNU build-id of an ELF file, reading only its headers and notes.
-pub fn elf_build_id(file: &File) -> Option<BuildId> {
-    use object::Object;
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).ok()?;
-    BuildId::new(elf.build_id().ok()??)
+/// A mapped file as an MMAP2 record names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MappedFile {
+    pub maj: u32,
+    pub min: u32,
+    pub ino: u64,
+    pub ino_generation: u64,
+    pub path: Arc<str>,
 }
 
-/// Opens `path` for reading only if it is the regular file `(maj, min,
-/// ino)`.
-pub fn open_mapped_file(path: &str, maj: u32, min: u32, ino: u64) -> Option<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    let dev = meta.dev();
-    let same = meta.file_type().is_file()
-        && meta.ino() == ino
-        && nix::sys::stat::major(dev) as u32 == maj
-        && nix::sys::stat::minor(dev) as u32 == min;
-    same.then_some(file)
+impl MappedFile {
+    pub fn of(map: &MapState) -> Self {
+        MappedFile {
+            maj: map.maj,
+            min: map.min,
+            ino: map.ino,
+            ino_generation: map.ino_generation,
+            path: map.filename.clone(),
+        }
+    }
 }
 
-type Key = (u32, u32, u64, u64, Arc<str>);
-
-/// Build-ids already read, by `(maj, min, ino, ino_generation, path)`.
-#[derive(Debug, Default)]
-pub struct BuildIdCache {
-    known: HashMap<Key, Option<BuildId>>,
+/// What became of the files asked about, since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BuildIdStats {
+    /// Files read that had a build-id.
+    pub found: u64,
+    /// Files read that had none, or were not the mapped regular file.
+    pub absent: u64,
+    /// Reads given up after [`READ_DEADLINE`].
+    pub timed_out: u64,
+    /// Files not read: the queue was full or too many readers hung.
+    pub dropped: u64,
+    /// Files waiting to be read now.
+    pub queued: u64,
+    /// Readers hanging in a read now.
+    pub stuck_readers: u64,
 }
 
-impl BuildIdCache {
-    /// The build-id of the file an MMAP2 record names (by its device and
-    /// inode), read once.
-    pub fn lookup(
-        &mut self,
-        path: &str,
-        maj: u32,
-        min: u32,
-        ino: u64,
-        gen_: u64,
-    ) -> Option<BuildId> {
-        let key: Key = (maj, min, ino, gen_, path.into());
-        if let Some(known) = self.known.get(&key) {
+/// Reads the build-id of a mapped file (the real one, or a test's).
+type ReadFn = dyn Fn(&MappedFile) -> Option<BuildId> + Send + Sync;
+
+/// One reader's current file.
+struct Reading {
+    file: MappedFile,
+    since: Instant,
+}
+
+struct State {
+    known: HashMap<MappedFile, Option<BuildId>>,
+    queue: VecDeque<MappedFile>,
+    queued: HashSet<MappedFile>,
+    /// What each reader reads now, by reader number.
+    reading: HashMap<u64, Reading>,
+    /// Readers given up on (they exit when their read returns).
+    abandoned: HashSet<u64>,
+    next_reader: u64,
+    stats: BuildIdStats,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    read: Box<ReadFn>,
+}
+
+/// The build-id cache and its reader threads (see the module docs).
+/// Dropping it stops the readers that are not stuck.
+pub struct BuildIds {
+    shared: Arc<Shared>,
+}
+
+impl Default for BuildIds {
+    fn default() -> Self {
+        Self::with_reader(Box::new(read_build_id))
+    }
+}
+
+impl std::fmt::Debug for BuildIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildIds")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Reads `file`'s build-id from disk if it is still the file the kernel
+/// mapped.
+pub fn read_build_id(file: &MappedFile) -> Option<BuildId> {
+    use std::os::unix::fs::MetadataExt;
+    let (f, md) = open_regular(Path::new(&*file.path), Links::Refuse).ok()?;
+    let dev = md.dev();
+    let same = md.ino() == file.ino
+        && nix::sys::stat::major(dev) as u32 == file.maj
+        && nix::sys::stat::minor(dev) as u32 == file.min;
+    if !same {
+        return None;
+    }
+    BuildId::new(&flightrec_files::elf::build_id(&f)?)
+}
+
+impl BuildIds {
+    /// With `read` instead of [`read_build_id`] (tests hang or slow it).
+    pub fn with_reader(read: Box<ReadFn>) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                known: HashMap::new(),
+                queue: VecDeque::new(),
+                queued: HashSet::new(),
+                reading: HashMap::new(),
+                abandoned: HashSet::new(),
+                next_reader: 0,
+                stats: BuildIdStats::default(),
+                stop: false,
+            }),
+            work: Condvar::new(),
+            read,
+        });
+        let ids = BuildIds { shared };
+        let mut state = ids.lock();
+        spawn_reader(&ids.shared, &mut state);
+        drop(state);
+        ids
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The build-id of `file` if it was read; `None` if not (yet), and
+    /// then it is queued for a reader. Never waits on a file.
+    pub fn lookup(&self, file: &MappedFile) -> Option<BuildId> {
+        let mut state = self.lock();
+        if let Some(known) = state.known.get(file) {
             return *known;
         }
-        let id = open_mapped_file(path, maj, min, ino).and_then(|f| elf_build_id(&f));
-        if self.known.len() >= MAX_CACHED {
-            self.known.clear();
+        if state.queued.contains(file) {
+            return None;
         }
-        self.known.insert(key, id);
-        id
+        if state.queue.len() >= MAX_QUEUED || state.abandoned.len() >= MAX_STUCK_READERS {
+            state.stats.dropped += 1;
+            return None;
+        }
+        state.queued.insert(file.clone());
+        state.queue.push_back(file.clone());
+        self.shared.work.notify_one();
+        None
+    }
+
+    /// The build-id of `file` if it was read; queues nothing.
+    pub fn known(&self, file: &MappedFile) -> Option<BuildId> {
+        self.lock().known.get(file).copied().flatten()
+    }
+
+    /// Gives up the reads older than [`READ_DEADLINE`] and starts a reader
+    /// in place of each (while fewer than [`MAX_STUCK_READERS`] hang). The
+    /// drain calls it on every round.
+    pub fn check_deadlines(&self, now: Instant) {
+        let mut state = self.lock();
+        let late: Vec<u64> = state
+            .reading
+            .iter()
+            .filter(|(n, r)| {
+                !state.abandoned.contains(n) && now.duration_since(r.since) > READ_DEADLINE
+            })
+            .map(|(&n, _)| n)
+            .collect();
+        for n in late {
+            let Some(file) = state.reading.get(&n).map(|r| r.file.clone()) else {
+                continue;
+            };
+            tracing::warn!(
+                path = %flightrec_config::quoted(&file.path),
+                "reading the build-id of a mapped file took more than {}s; given up (its \
+                 records go without one)",
+                READ_DEADLINE.as_secs()
+            );
+            state.abandoned.insert(n);
+            state.stats.timed_out += 1;
+            remember(&mut state, file, None);
+            if state.abandoned.len() < MAX_STUCK_READERS {
+                spawn_reader(&self.shared, &mut state);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> BuildIdStats {
+        let state = self.lock();
+        BuildIdStats {
+            queued: state.queue.len() as u64,
+            stuck_readers: state.abandoned.len() as u64,
+            ..state.stats
+        }
     }
 
     /// Gives an executable file MMAP2 record without a build-id the
     /// file's build-id, in place, as the kernel writes it (MISC_MMAP_BUILD_ID:
     /// u8 size, 3 reserved bytes, 20 id bytes where maj/min/ino/generation
-    /// were; the record keeps its size). Returns whether it did.
-    pub fn fill_mmap2(&mut self, record: &mut [u8]) -> bool {
-        let u16_at = |r: &[u8], at: usize| u16::from_le_bytes([r[at], r[at + 1]]);
-        let u32_at = |r: &[u8], at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
-        let u64_at = |r: &[u8], at: usize| u64::from_le_bytes(r[at..at + 8].try_into().unwrap());
-        if record.len() <= MMAP2_FILENAME
-            || u32_at(record, 0) != record_type::MMAP2
-            || u16_at(record, 4) & misc::MMAP_BUILD_ID != 0
-            || u32_at(record, MMAP2_PROT) & PROT_EXEC == 0
-        {
-            return false;
-        }
-        let size = usize::from(u16_at(record, 6)).min(record.len());
-        let name = &record[MMAP2_FILENAME..size];
-        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-        let Ok(path) = std::str::from_utf8(name) else {
+    /// were; the record keeps its size). `queue`: ask for it when it is not
+    /// known yet. Returns whether it did.
+    pub fn fill_mmap2(&self, record: &mut [u8], queue: bool) -> bool {
+        let Some(file) = mmap2_file(record) else {
             return false;
         };
-        if !path.starts_with('/') {
-            return false;
-        }
-        let (maj, min) = (u32_at(record, MMAP2_DEV), u32_at(record, MMAP2_DEV + 4));
-        let (ino, gen_) = (
-            u64_at(record, MMAP2_DEV + 8),
-            u64_at(record, MMAP2_DEV + 16),
-        );
-        let Some(id) = self.lookup(path, maj, min, ino, gen_) else {
+        let id = if queue {
+            self.lookup(&file)
+        } else {
+            self.known(&file)
+        };
+        let Some(id) = id else {
             return false;
         };
-        let misc_bits = u16_at(record, 4) | misc::MMAP_BUILD_ID;
+        let misc_bits = u16::from_le_bytes([record[4], record[5]]) | misc::MMAP_BUILD_ID;
         record[4..6].copy_from_slice(&misc_bits.to_le_bytes());
         let area = &mut record[MMAP2_DEV..MMAP2_DEV + 24];
         area.fill(0);
@@ -121,20 +269,135 @@ impl BuildIdCache {
         true
     }
 
-    pub fn len(&self) -> usize {
-        self.known.len()
+    /// Fills, from what is known, every MMAP2 record of `records` (whole
+    /// records laid end to end) that still lacks a build-id.
+    pub fn fill_records(&self, records: &mut [u8]) {
+        let mut at = 0;
+        while at + 8 <= records.len() {
+            let size = usize::from(u16::from_le_bytes([records[at + 6], records[at + 7]]));
+            if size < 8 || at + size > records.len() {
+                return;
+            }
+            self.fill_mmap2(&mut records[at..at + size], false);
+            at += size;
+        }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.known.is_empty()
+    /// The build-id a map without one should have, if known now.
+    pub fn for_map(&self, map: &MapState) -> Option<BuildId> {
+        (map.build_id.is_none() && map.prot & PROT_EXEC != 0 && map.filename.starts_with('/'))
+            .then(|| self.known(&MappedFile::of(map)))
+            .flatten()
+    }
+}
+
+const PROT_EXEC: u32 = 4;
+
+/// The file an executable MMAP2 record without a build-id names.
+fn mmap2_file(record: &[u8]) -> Option<MappedFile> {
+    let u16_at = |at: usize| u16::from_le_bytes([record[at], record[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(record[at..at + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or([0; 8]));
+    if record.len() <= MMAP2_FILENAME
+        || u32_at(0) != record_type::MMAP2
+        || u16_at(4) & misc::MMAP_BUILD_ID != 0
+        || u32_at(MMAP2_PROT) & PROT_EXEC == 0
+    {
+        return None;
+    }
+    let size = usize::from(u16_at(6)).min(record.len());
+    let name = &record[MMAP2_FILENAME..size];
+    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+    let path = std::str::from_utf8(name).ok()?;
+    if !path.starts_with('/') {
+        return None;
+    }
+    Some(MappedFile {
+        maj: u32_at(MMAP2_DEV),
+        min: u32_at(MMAP2_DEV + 4),
+        ino: u64_at(MMAP2_DEV + 8),
+        ino_generation: u64_at(MMAP2_DEV + 16),
+        path: path.into(),
+    })
+}
+
+fn remember(state: &mut State, file: MappedFile, id: Option<BuildId>) {
+    if state.known.len() >= MAX_CACHED {
+        state.known.clear();
+    }
+    state.known.entry(file).or_insert(id);
+}
+
+/// Starts reader number `state.next_reader`.
+fn spawn_reader(shared: &Arc<Shared>, state: &mut State) {
+    let n = state.next_reader;
+    state.next_reader += 1;
+    let shared_in_thread = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("build-id-reader".into())
+        .spawn(move || reader_loop(&shared_in_thread, n));
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start a build-id reader thread: {e}");
+    }
+}
+
+fn reader_loop(shared: &Shared, n: u64) {
+    let lock = || shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut state = lock();
+    loop {
+        if state.stop || state.abandoned.contains(&n) {
+            state.abandoned.remove(&n);
+            return;
+        }
+        let Some(file) = state.queue.pop_front() else {
+            state = shared
+                .work
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            continue;
+        };
+        state.queued.remove(&file);
+        state.reading.insert(
+            n,
+            Reading {
+                file: file.clone(),
+                since: Instant::now(),
+            },
+        );
+        drop(state);
+        let id = (shared.read)(&file);
+        state = lock();
+        state.reading.remove(&n);
+        if state.abandoned.contains(&n) {
+            // Too late to count, but a late answer is still an answer.
+            if let Some(id) = id {
+                state.known.insert(file, Some(id));
+            }
+            continue;
+        }
+        if id.is_some() {
+            state.stats.found += 1;
+        } else {
+            state.stats.absent += 1;
+        }
+        remember(&mut state, file, id);
+    }
+}
+
+impl Drop for BuildIds {
+    fn drop(&mut self) {
+        self.lock().stop = true;
+        self.shared.work.notify_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::mpsc;
+
     use super::*;
     use crate::tracking::record::{TrackingRecord, build, parse};
-    use crate::tracking::state::MapState;
 
     fn own_exe() -> (String, std::fs::Metadata) {
         let path = std::env::current_exe().unwrap();
@@ -142,24 +405,8 @@ mod tests {
         (path.to_str().unwrap().to_string(), meta)
     }
 
-    /// The build-id as `readelf -n` would print it, read independently
-    /// from the ELF section headers by the object crate over the whole file.
-    fn reference_build_id(path: &str) -> Vec<u8> {
-        use object::Object;
-        let data = std::fs::read(path).unwrap();
-        object::File::parse(&*data)
-            .unwrap()
-            .build_id()
-            .unwrap()
-            .unwrap()
-            .to_vec()
-    }
-
-    #[test]
-    fn an_mmap2_record_of_this_test_binary_gets_its_build_id() {
-        let (path, meta) = own_exe();
-        let expected = reference_build_id(&path);
-        let map = MapState {
+    fn mapped(path: &str, meta: &std::fs::Metadata) -> MapState {
+        MapState {
             start: 0x1000,
             len: 0x2000,
             prot: PROT_EXEC | 1,
@@ -167,48 +414,174 @@ mod tests {
             maj: nix::sys::stat::major(meta.dev()) as u32,
             min: nix::sys::stat::minor(meta.dev()) as u32,
             ino: meta.ino(),
-            filename: path.as_str().into(),
+            filename: path.into(),
             ..MapState::default()
-        };
+        }
+    }
+
+    /// Waits until `ids` answered `n` files.
+    fn wait_answers(ids: &BuildIds, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while {
+            let s = ids.stats();
+            s.found + s.absent + s.timed_out < n
+        } {
+            assert!(Instant::now() < deadline, "{:?}", ids.stats());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until a reader not given up on is in a read.
+    fn wait_reading(ids: &BuildIds) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            {
+                let state = ids.lock();
+                if state.reading.keys().any(|n| !state.abandoned.contains(n)) {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "no reader took the file");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn an_mmap2_record_of_this_test_binary_gets_its_build_id_once_read() {
+        let (path, meta) = own_exe();
+        let expected = flightrec_files::elf::build_id(&std::fs::File::open(&path).unwrap());
+        let map = mapped(&path, &meta);
         let mut rec = build::mmap2(7, 7, &map, 99);
         let before = rec.len();
-        let mut cache = BuildIdCache::default();
-        assert!(cache.fill_mmap2(&mut rec));
+        let ids = BuildIds::default();
+        // Not known yet: queued, the record goes on without one.
+        assert!(!ids.fill_mmap2(&mut rec, true));
+        wait_answers(&ids, 1);
+        assert!(ids.fill_mmap2(&mut rec, true));
         assert_eq!(rec.len(), before);
         let parsed = parse(&rec).unwrap();
         let TrackingRecord::Mmap { map: got, .. } = parsed.record else {
             panic!("not an mmap: {parsed:?}")
         };
-        assert_eq!(got.build_id.unwrap().as_bytes(), expected);
+        assert_eq!(
+            got.build_id.map(|b| b.as_bytes().to_vec()),
+            expected,
+            "the id readelf shows"
+        );
         assert_eq!(
             (got.start, got.len, &*got.filename),
             (0x1000, 0x2000, path.as_str())
         );
         assert_eq!(parsed.time, 99, "the trailer is untouched");
         // Once filled, a record is left alone; the file was read once.
-        assert!(!cache.fill_mmap2(&mut rec));
-        assert_eq!(cache.len(), 1);
+        assert!(!ids.fill_mmap2(&mut rec, true));
+        assert_eq!(ids.stats().found, 1);
+        // A capture fills records appended before the answer from the cache.
+        let mut late = [
+            build::mmap2(7, 7, &map, 100),
+            build::comm(7, 7, "x", false, 101),
+        ]
+        .concat();
+        ids.fill_records(&mut late);
+        assert!(matches!(
+            parse(&late).unwrap().record,
+            TrackingRecord::Mmap {
+                map: MapState {
+                    build_id: Some(_),
+                    ..
+                },
+                ..
+            }
+        ));
+        assert!(ids.for_map(&map).is_some());
     }
 
     #[test]
     fn a_file_that_is_not_the_mapped_inode_is_not_read() {
         let (path, meta) = own_exe();
-        let mut cache = BuildIdCache::default();
-        let maj = nix::sys::stat::major(meta.dev()) as u32;
-        let min = nix::sys::stat::minor(meta.dev()) as u32;
-        assert_eq!(cache.lookup(&path, maj, min, meta.ino() + 1, 0), None);
+        let map = mapped(&path, &meta);
+        assert!(read_build_id(&MappedFile::of(&map)).is_some());
+        let other = MapState {
+            ino: meta.ino() + 1,
+            ..map.clone()
+        };
+        assert_eq!(read_build_id(&MappedFile::of(&other)), None);
         // A symlink to the right file is not followed.
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert_eq!(
-            cache.lookup(link.to_str().unwrap(), maj, min, meta.ino(), 0),
-            None
-        );
-        // A FIFO does not block the drain.
+        let linked = MapState {
+            filename: link.to_str().unwrap().into(),
+            ..map
+        };
+        assert_eq!(read_build_id(&MappedFile::of(&linked)), None);
+        // A FIFO does not block.
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert_eq!(cache.lookup(fifo.to_str().unwrap(), 0, 0, 0, 0), None);
-        assert!(cache.lookup(&path, maj, min, meta.ino(), 0).is_some());
+        let fifo_map = MapState {
+            filename: fifo.to_str().unwrap().into(),
+            ..MapState::default()
+        };
+        assert_eq!(read_build_id(&MappedFile::of(&fifo_map)), None);
+    }
+
+    fn file(n: u64) -> MappedFile {
+        MappedFile {
+            maj: 0,
+            min: 0,
+            ino: n,
+            ino_generation: 0,
+            path: format!("/f{n}").into(),
+        }
+    }
+
+    #[test]
+    fn a_read_that_never_returns_is_given_up_and_another_reader_takes_over() {
+        // Reads of inode 1 hang until the test ends; the others answer.
+        let (release, hang) = mpsc::channel::<()>();
+        let hang = Mutex::new(hang);
+        let ids = BuildIds::with_reader(Box::new(move |f| {
+            if f.ino == 1 {
+                let _ = hang.lock().unwrap().recv();
+            }
+            BuildId::new(&[f.ino as u8; 20])
+        }));
+        assert_eq!(ids.lookup(&file(1)), None);
+        wait_reading(&ids);
+        assert_eq!(ids.lookup(&file(2)), None);
+        // The one reader hangs on file 1: file 2 waits.
+        assert_eq!(ids.stats().queued, 1);
+        // Lookups never wait, whatever the readers do.
+        let asked = Instant::now();
+        assert_eq!(ids.lookup(&file(3)), None);
+        assert!(asked.elapsed() < Duration::from_millis(100));
+        // Past the deadline: given up, and a new reader reads 2 and 3.
+        ids.check_deadlines(Instant::now() + READ_DEADLINE + Duration::from_millis(1));
+        wait_answers(&ids, 3);
+        let s = ids.stats();
+        assert_eq!((s.timed_out, s.found, s.stuck_readers), (1, 2, 1), "{s:?}");
+        assert_eq!(ids.lookup(&file(1)), None, "given up: no build-id");
+        assert_eq!(ids.lookup(&file(3)), BuildId::new(&[3; 20]));
+        drop(release);
+    }
+
+    #[test]
+    fn too_many_stuck_readers_stop_the_reading_but_never_the_caller() {
+        let (release, hang) = mpsc::channel::<()>();
+        let hang = Mutex::new(hang);
+        let ids = BuildIds::with_reader(Box::new(move |_| {
+            let _ = hang.lock().unwrap().recv();
+            None
+        }));
+        for n in 0..MAX_STUCK_READERS as u64 {
+            assert_eq!(ids.lookup(&file(n)), None);
+            wait_reading(&ids);
+            ids.check_deadlines(Instant::now() + READ_DEADLINE + Duration::from_millis(1));
+        }
+        let s = ids.stats();
+        assert_eq!(s.stuck_readers, MAX_STUCK_READERS as u64, "{s:?}");
+        assert_eq!(ids.lookup(&file(100)), None);
+        assert_eq!(ids.stats().dropped, 1);
+        drop(release);
     }
 }

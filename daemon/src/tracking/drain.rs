@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 
-use super::build_id::BuildIdCache;
+use super::build_id::{BuildIdStats, BuildIds};
 use super::log::TrackingLog;
 use super::modules::{LoadedModule, ModuleWatch};
 use super::record::{TrackingRecord, parse, record_time};
@@ -31,8 +31,9 @@ pub struct Tracking {
     malformed: Vec<u64>,
     scratch: Vec<u8>,
     batch: Vec<(u64, usize, usize)>,
-    /// Build-ids for MMAP2 records the kernel wrote without one.
-    build_ids: BuildIdCache,
+    /// Build-ids for MMAP2 records the kernel wrote without one, read by
+    /// threads of their own.
+    build_ids: Arc<BuildIds>,
     /// Modules loaded after start, polled from the drain (see `modules`).
     modules: Option<ModuleWatch>,
 }
@@ -47,7 +48,7 @@ impl Tracking {
             malformed: vec![0; n],
             scratch: Vec::new(),
             batch: Vec::new(),
-            build_ids: BuildIdCache::default(),
+            build_ids: Arc::default(),
             modules: None,
         }
     }
@@ -81,6 +82,15 @@ impl Tracking {
 
     pub fn log_mut(&mut self) -> &mut TrackingLog {
         &mut self.log
+    }
+
+    /// The build-ids read so far (captures fill their window from them).
+    pub fn build_ids(&self) -> Arc<BuildIds> {
+        Arc::clone(&self.build_ids)
+    }
+
+    pub fn build_id_stats(&self) -> BuildIdStats {
+        self.build_ids.stats()
     }
 
     /// `(cpu, lost records)` per tracking ring.
@@ -132,9 +142,12 @@ impl Tracking {
             let total = self.scratch.len() - start;
             self.malformed[i] += (total.saturating_sub(valid)) as u64;
         }
+        // From what the readers already know; the others are asked for
+        // and filled at capture time if their answer has come by then.
+        self.build_ids.check_deadlines(std::time::Instant::now());
         for &(_, offset, len) in &self.batch {
             self.build_ids
-                .fill_mmap2(&mut self.scratch[offset..offset + len]);
+                .fill_mmap2(&mut self.scratch[offset..offset + len], true);
         }
         // Stable: records of one CPU with equal times keep their order.
         self.batch.sort_by_key(|&(time, _, _)| time);

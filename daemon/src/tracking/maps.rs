@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::tracking::state::MapState;
+use crate::tracking::state::{BuildId, MapState};
 
 /// Disjoint mappings sorted by start address.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -32,6 +32,24 @@ impl Maps {
     /// Whether both share the same storage (a fork that did not mmap since).
     pub fn shares_storage_with(&self, other: &Self) -> bool {
         self.0.ptr_eq(&other.0)
+    }
+
+    /// Gives each map without a build-id the one `known` has for it (a
+    /// file read after its record was folded in).
+    pub fn fill_build_ids(&mut self, known: impl Fn(&MapState) -> Option<BuildId>) {
+        let filled: Vec<MapState> = self
+            .0
+            .values()
+            .filter_map(|m| {
+                known(m).map(|id| MapState {
+                    build_id: Some(id),
+                    ..m.clone()
+                })
+            })
+            .collect();
+        for m in filled {
+            self.0.insert(m.start, m);
+        }
     }
 
     /// Inserts `map`, cutting away the parts of older maps it covers (a new
