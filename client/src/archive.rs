@@ -4,18 +4,34 @@
 //!   build-id as perf's build-id cache lays them out, the files its samples
 //!   need (`perf archive`), so it opens on another machine;
 //! - [`write_plain_copy`]: a decompressed copy for readers without zstd.
+//!
+//! snapctl often runs as root, in directories others may write, on paths
+//! the snapshot's processes chose. So the output is created exclusively
+//! under an unpredictable temporary name and renamed into place without
+//! replacing anything (unless `--force`), with the snapshot's own mode and
+//! group, never readable by others when it holds the kernel's symbol
+//! addresses; and a mapped file is read only if, opened without blocking or
+//! following a link, it is a regular file, and only as long as its reads
+//! answer within [`READ_DEADLINE`].
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{self, Write};
+use std::fs::{File, Metadata};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
+use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
 use flightrecd::snapshot::reader::{self, BuildIdTableEntry, ReadError};
-use flightrecd::tracking::build_id::elf_build_id;
 use thiserror::Error;
 
 /// Largest decompressed data section [`write_plain_copy`] writes.
 const MAX_PLAIN_BYTES: u64 = 64 << 30;
+/// A mapped file whose reads take longer than this is left out.
+pub const READ_DEADLINE: Duration = Duration::from_secs(10);
+/// A mapped file larger than this is left out.
+const MAX_FILE_BYTES: u64 = 4 << 30;
 
 #[derive(Debug, Error)]
 pub enum ArchiveError {
@@ -23,12 +39,33 @@ pub enum ArchiveError {
     Io { path: PathBuf, source: io::Error },
     #[error("{}: {source}", path.display())]
     Snapshot { path: PathBuf, source: ReadError },
+    #[error("{} already exists; give another -o or --force to replace it", path.display())]
+    Exists { path: PathBuf },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
     move |source| ArchiveError::Io {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// What an archive holds besides the snapshot, and how it is written.
+#[derive(Debug, Clone, Copy)]
+pub struct ArchiveOptions {
+    /// The running kernel's /proc/kallsyms, for kernel symbols (the
+    /// archive is then never readable by others).
+    pub kallsyms: bool,
+    /// Replace an existing output file.
+    pub force: bool,
+}
+
+impl Default for ArchiveOptions {
+    fn default() -> Self {
+        ArchiveOptions {
+            kallsyms: true,
+            force: false,
+        }
     }
 }
 
@@ -40,6 +77,8 @@ pub struct ArchiveSummary {
     /// Files of the build-id table found nowhere with that build-id.
     pub missing: Vec<String>,
     pub bytes: u64,
+    /// The mode the archive was given.
+    pub mode: u32,
 }
 
 fn hex(id: &[u8]) -> String {
@@ -92,31 +131,137 @@ fn mapped_copies() -> HashMap<String, Vec<PathBuf>> {
 
 /// The running kernel's build-id, from /sys/kernel/notes.
 fn running_kernel_build_id() -> Option<Vec<u8>> {
-    flightrecd::recorder::host::parse_build_id_note(&std::fs::read("/sys/kernel/notes").ok()?)
+    flightrec_files::elf::build_id_in_notes(&std::fs::read("/sys/kernel/notes").ok()?)
+}
+
+/// Opens the snapshot the user named and reads it whole.
+fn read_snapshot(snapshot: &Path) -> Result<(Vec<u8>, Metadata), ArchiveError> {
+    let (mut file, md) = open_regular(snapshot, Links::Follow).map_err(io_err(snapshot))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io_err(snapshot))?;
+    Ok((bytes, md))
+}
+
+/// The access of an output made from a snapshot with metadata `md`: its
+/// mode (`others`: with the bits of other users kept) and its group when
+/// this process may give files to that group, else the creator's group and
+/// the owner's bits only.
+fn access_like(md: &Metadata, others: bool) -> Access {
+    let mut mode = md.mode() & if others { 0o666 } else { 0o660 };
+    let gid = md.gid();
+    let may_give = nix::unistd::geteuid().is_root()
+        || nix::unistd::getegid().as_raw() == gid
+        || nix::unistd::getgroups().is_ok_and(|g| g.iter().any(|g| g.as_raw() == gid));
+    if !may_give {
+        mode &= 0o600;
+    }
+    Access::new(mode, may_give.then_some(gid))
+}
+
+/// `dir` and file name of an output path.
+fn split_output(out: &Path) -> Result<(&Path, &str), ArchiveError> {
+    let name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| ArchiveError::Io {
+            path: out.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+        })?;
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Ok((dir, name))
+}
+
+/// Gives `new` its final name (replacing only with `force`).
+fn commit(new: NewFile, out: &Path, force: bool) -> Result<File, ArchiveError> {
+    let existing = if force {
+        Existing::Replace
+    } else {
+        Existing::Keep
+    };
+    new.commit(existing).map_err(|e| {
+        let e = e.into_io();
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            ArchiveError::Exists {
+                path: out.to_path_buf(),
+            }
+        } else {
+            io_err(out)(e)
+        }
+    })
+}
+
+/// Reads a mapped file whole on a thread of its own, giving up after
+/// [`READ_DEADLINE`] (a file on a file system that never answers); the
+/// thread is left behind, and ends with the process.
+fn read_with_deadline(mut file: File, len: u64) -> io::Result<Vec<u8>> {
+    if len > MAX_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{len} bytes, more than archived"),
+        ));
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let read = Read::by_ref(&mut file)
+            .take(len)
+            .read_to_end(&mut bytes)
+            .map(|_| bytes);
+        let _ = tx.send(read);
+    });
+    rx.recv_timeout(READ_DEADLINE).unwrap_or_else(|_| {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {}s", READ_DEADLINE.as_secs()),
+        ))
+    })
+}
+
+/// The bytes of the file at `path` if it has build-id `build_id`.
+fn read_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<Vec<u8>> {
+    let (file, md) = open_regular(path, links).ok()?;
+    if flightrec_files::elf::build_id(&file).as_deref() != Some(build_id) {
+        return None;
+    }
+    read_with_deadline(file, md.len()).ok()
 }
 
 /// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME`, and
 /// per build-id table entry the file with that build-id under
-/// [`cache_path`] (`elf`; `kallsyms` for the running kernel). Extract it
-/// into a directory DIR and `perf --buildid-dir DIR report -i NAME`
-/// resolves the symbols of files since deleted, upgraded or absent.
-pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, ArchiveError> {
-    let bytes = std::fs::read(snapshot).map_err(io_err(snapshot))?;
+/// [`cache_path`] (`elf`; `kallsyms` for the running kernel, unless
+/// `opts.kallsyms` is false). Extract it into a directory DIR and `perf
+/// --buildid-dir DIR report -i NAME` resolves the symbols of files since
+/// deleted, upgraded or absent.
+pub fn write_archive(
+    snapshot: &Path,
+    out: &Path,
+    opts: ArchiveOptions,
+) -> Result<ArchiveSummary, ArchiveError> {
+    let (bytes, md) = read_snapshot(snapshot)?;
     let table = reader::build_id_table(&bytes).map_err(|source| ArchiveError::Snapshot {
         path: snapshot.to_path_buf(),
         source,
     })?;
-    let tmp = out.with_extension("tar.tmp");
-    let file = File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut tar = tar::Builder::new(io::BufWriter::new(file));
+    let (dir, file_name) = split_output(out)?;
+    // Kernel addresses (the KASLR base) are for the snapshot's readers only.
+    let access = access_like(&md, !opts.kallsyms);
+    let mut new = NewFile::create(dir, file_name, access).map_err(io_err(out))?;
+    let tmp = new.temp_path().to_path_buf();
+    let mut tar = tar::Builder::new(BufWriter::new(new.file_mut()));
     tar.mode(tar::HeaderMode::Deterministic);
     let name = snapshot.file_name().map_or_else(
         || "snapshot.perf.data".into(),
         |n| n.to_string_lossy().into_owned(),
     );
-    append_bytes(&mut tar, &name, &bytes).map_err(io_err(&tmp))?;
+    append_bytes(&mut tar, &name, &bytes, 0o640).map_err(io_err(&tmp))?;
 
-    let mut summary = ArchiveSummary::default();
+    let mut summary = ArchiveSummary {
+        mode: access.mode,
+        ..ArchiveSummary::default()
+    };
     let mut copies: Option<HashMap<String, Vec<PathBuf>>> = None;
     let mut stored = std::collections::HashSet::new();
     for BuildIdTableEntry {
@@ -125,14 +270,15 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
     {
         let id_hex = hex(&build_id);
         if filename == "[kernel.kallsyms]" {
-            let kallsyms = running_kernel_build_id()
-                .filter(|k| *k == build_id)
-                .and_then(|_| std::fs::read("/proc/kallsyms").ok())
-                // Hidden addresses (kptr_restrict) would mislead perf.
-                .filter(|k| !k.starts_with(b"0000000000000000"));
+            let kallsyms = (opts.kallsyms
+                && running_kernel_build_id().is_some_and(|k| k == build_id))
+            .then(|| std::fs::read("/proc/kallsyms").ok())
+            .flatten()
+            // Hidden addresses (kptr_restrict) would mislead perf.
+            .filter(|k| !k.starts_with(b"0000000000000000"));
             match kallsyms {
                 Some(k) => {
-                    append_bytes(&mut tar, &cache_path(&id_hex, "kallsyms"), &k)
+                    append_bytes(&mut tar, &cache_path(&id_hex, "kallsyms"), &k, 0o600)
                         .map_err(io_err(&tmp))?;
                     summary
                         .added
@@ -148,13 +294,11 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
         }
         // A name read from /proc/PID/maps after the file was deleted.
         let on_disk = filename.strip_suffix(" (deleted)").unwrap_or(&filename);
-        let mut candidates = vec![PathBuf::from(on_disk)];
+        let mut candidates = vec![(PathBuf::from(on_disk), Links::Refuse)];
         let found = loop {
-            if let Some(c) = candidates.pop() {
-                if let Ok(mut f) = File::open(&c)
-                    && elf_build_id(&f).is_some_and(|id| id.as_bytes() == build_id)
-                {
-                    tar.append_file(cache_path(&id_hex, "elf"), &mut f)
+            if let Some((c, links)) = candidates.pop() {
+                if let Some(elf) = read_if_build_id(&c, links, &build_id) {
+                    append_bytes(&mut tar, &cache_path(&id_hex, "elf"), &elf, 0o644)
                         .map_err(io_err(&tmp))?;
                     break Some(c);
                 }
@@ -163,7 +307,8 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
             // Only now scan the processes, once for the whole archive.
             let all = copies.get_or_insert_with(mapped_copies);
             match all.remove(on_disk) {
-                Some(more) => candidates = more,
+                // The kernel's own links to the mapped file.
+                Some(more) => candidates = more.into_iter().map(|p| (p, Links::Follow)).collect(),
                 None => break None,
             }
         };
@@ -177,33 +322,39 @@ pub fn write_archive(snapshot: &Path, out: &Path) -> Result<ArchiveSummary, Arch
     }
     let mut w = tar.into_inner().map_err(io_err(&tmp))?;
     w.flush().map_err(io_err(&tmp))?;
-    let file = w.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
-    file.sync_all().map_err(io_err(&tmp))?;
-    summary.bytes = file.metadata().map_err(io_err(&tmp))?.len();
-    std::fs::rename(&tmp, out).map_err(io_err(out))?;
+    drop(w);
+    let file = commit(new, out, opts.force)?;
+    summary.bytes = file.metadata().map_err(io_err(out))?.len();
     Ok(summary)
 }
 
-fn append_bytes<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> io::Result<()> {
+fn append_bytes<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> io::Result<()> {
     let mut h = tar::Header::new_gnu();
     h.set_size(bytes.len() as u64);
-    h.set_mode(0o644);
+    h.set_mode(mode);
     h.set_entry_type(tar::EntryType::Regular);
     tar.append_data(&mut h, name, bytes)
 }
 
 /// Writes a plain (uncompressed) copy of the compressed snapshot at
-/// `snapshot` to `out`; returns its size.
-pub fn write_plain_copy(snapshot: &Path, out: &Path) -> Result<u64, ArchiveError> {
-    let bytes = std::fs::read(snapshot).map_err(io_err(snapshot))?;
+/// `snapshot` to `out`, with the snapshot's mode and group; returns its
+/// size.
+pub fn write_plain_copy(snapshot: &Path, out: &Path, force: bool) -> Result<u64, ArchiveError> {
+    let (bytes, md) = read_snapshot(snapshot)?;
     let plain =
         reader::decompress(&bytes, MAX_PLAIN_BYTES).map_err(|source| ArchiveError::Snapshot {
             path: snapshot.to_path_buf(),
             source,
         })?;
-    let tmp = out.with_extension("tmp");
-    std::fs::write(&tmp, &plain).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, out).map_err(io_err(out))?;
+    let (dir, file_name) = split_output(out)?;
+    let mut new = NewFile::create(dir, file_name, access_like(&md, true)).map_err(io_err(out))?;
+    new.file_mut().write_all(&plain).map_err(io_err(out))?;
+    commit(new, out, force)?;
     Ok(plain.len() as u64)
 }
 
@@ -217,5 +368,32 @@ mod tests {
             cache_path("04fb38d7d15da7689ab7aabdcf654a2e538b7ce6", "elf"),
             ".build-id/04/fb38d7d15da7689ab7aabdcf654a2e538b7ce6/elf"
         );
+    }
+
+    #[test]
+    fn outputs_keep_the_snapshots_mode_and_never_others_with_kallsyms() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("s");
+        std::fs::write(&snap, b"x").unwrap();
+        std::fs::set_permissions(&snap, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let md = std::fs::metadata(&snap).unwrap();
+        // Our own group: we may give it.
+        assert_eq!(access_like(&md, true), Access::new(0o644, Some(md.gid())));
+        assert_eq!(access_like(&md, false), Access::new(0o640, Some(md.gid())));
+        std::fs::set_permissions(&snap, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let md = std::fs::metadata(&snap).unwrap();
+        assert_eq!(access_like(&md, true).mode, 0o600);
+    }
+
+    #[test]
+    fn a_fifo_at_a_mapped_path_is_passed_over_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("lib.so");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let started = std::time::Instant::now();
+        assert!(read_if_build_id(&fifo, Links::Refuse, &[1; 20]).is_none());
+        assert!(read_if_build_id(&fifo, Links::Follow, &[1; 20]).is_none());
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

@@ -117,6 +117,8 @@ enum Command {
     /// by build-id (like `perf archive`): extract it into DIR and run
     /// `perf --buildid-dir DIR report -i ID.perf.data` on any machine.
     /// Runs with your rights: files you cannot read are listed as missing.
+    /// The tarball gets the snapshot's mode and group, without access for
+    /// other users when it holds the kernel's symbols (kallsyms).
     Archive {
         /// The snapshot's id (as `snapctl list` shows it) or a path to a
         /// .perf.data file (then the daemon is not asked).
@@ -124,15 +126,26 @@ enum Command {
         /// The tarball to write. Default: ./ID.tar.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Leave out /proc/kallsyms (kernel symbol addresses): kernel
+        /// frames then resolve only where the reader has the same kernel.
+        #[arg(long)]
+        no_kallsyms: bool,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Write a plain (uncompressed) copy of a compressed snapshot, for
     /// readers without zstd (hotspot's perfparser).
     Decompress {
         /// The snapshot's id or a path to a .perf.data file.
         snapshot: String,
-        /// The copy to write. Default: ./ID.plain.perf.data.
+        /// The copy to write (with the snapshot's mode and group).
+        /// Default: ./ID.plain.perf.data.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Talk to every daemon of the fleet over NATS ([fleet] in the config):
     /// ask them all for a snapshot (dump), list what they uploaded into the
@@ -252,8 +265,7 @@ async fn local_verb(
     timeout: Duration,
     json: bool,
 ) -> Result<String, ClientError> {
-    let (Command::Archive { snapshot, output } | Command::Decompress { snapshot, output }) =
-        &command
+    let (Command::Archive { snapshot, .. } | Command::Decompress { snapshot, .. }) = &command
     else {
         unreachable!("only archive and decompress are local");
     };
@@ -279,22 +291,30 @@ async fn local_verb(
         message: e.to_string(),
     };
     match command {
-        Command::Archive { output, .. } => {
+        Command::Archive {
+            output,
+            no_kallsyms,
+            force,
+            ..
+        } => {
             let out = output.unwrap_or_else(|| format!("{id}.tar").into());
-            let s = snapctl::archive::write_archive(&path, &out).map_err(failed)?;
+            let opts = snapctl::archive::ArchiveOptions {
+                kallsyms: !no_kallsyms,
+                force,
+            };
+            let s = snapctl::archive::write_archive(&path, &out, opts).map_err(failed)?;
             Ok(render::archive(&out, &s, json))
         }
-        _ => {
-            let out = output
-                .clone()
-                .unwrap_or_else(|| format!("{id}.plain.perf.data").into());
-            let bytes = snapctl::archive::write_plain_copy(&path, &out).map_err(failed)?;
+        Command::Decompress { output, force, .. } => {
+            let out = output.unwrap_or_else(|| format!("{id}.plain.perf.data").into());
+            let bytes = snapctl::archive::write_plain_copy(&path, &out, force).map_err(failed)?;
             Ok(if json {
                 serde_json::json!({"path": out.display().to_string(), "bytes": bytes}).to_string()
             } else {
                 out.display().to_string()
             })
         }
+        _ => unreachable!("only archive and decompress are local"),
     }
 }
 

@@ -72,7 +72,7 @@ pub fn resolve_group(loaded: &LoadedConfig) -> Result<Option<(String, Gid)>, Con
 /// Returns the effective config, which reads back as the same daemon.
 pub fn check_config(loaded: &LoadedConfig) -> Result<Config, ConfigError> {
     let group = resolve_group(loaded)?;
-    check_paths(loaded)?;
+    check_paths(loaded, group.as_ref())?;
     check_tracking_log(loaded)?;
     recorder::start::check_events(&loaded.config).map_err(|e| start_error_in_config(loaded, &e))?;
     // Arms and drops the triggers: the kernel checks tracepoints, filters
@@ -141,8 +141,14 @@ fn check_creatable(path: &Path, want_dir: bool) -> Result<(), String> {
 }
 
 /// The output directory and the socket's directory exist as directories
-/// or can be created; the socket path is free or a socket.
-pub fn check_paths(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+/// or can be created; the socket path is free or a socket. The output
+/// directory (and every directory above it) must be the daemon's own: no
+/// one but root and the socket group may write there, or they could plant
+/// links and files where a root daemon creates, lists and removes them.
+pub fn check_paths(
+    loaded: &LoadedConfig,
+    group: Option<&(String, Gid)>,
+) -> Result<(), ConfigError> {
     let daemon = &loaded.config.daemon;
     let at = |key: &str, why: String| {
         loaded.error_at(
@@ -151,6 +157,7 @@ pub fn check_paths(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         )
     };
     check_creatable(&daemon.output_dir, true).map_err(|why| at("output_dir", why))?;
+    check_own_dir(&daemon.output_dir, group).map_err(|why| at("output_dir", why))?;
     if let Some(dir) = daemon.socket.parent()
         && !dir.as_os_str().is_empty()
     {
@@ -169,6 +176,25 @@ pub fn check_paths(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// `dir` may be written by no one but the daemon's user, root and the
+/// socket group.
+pub fn check_own_dir(dir: &Path, group: Option<&(String, Gid)>) -> Result<(), String> {
+    let owner = nix::unistd::geteuid().as_raw();
+    flightrec_files::dirs::check_private(dir, owner, group.map(|g| g.1.as_raw())).map_err(|e| {
+        let shown = |p: &Path| flightrec_config::quoted(&p.to_string_lossy());
+        let what = if e.dir == dir {
+            shown(dir)
+        } else {
+            format!("{} (above {})", shown(&e.dir), shown(dir))
+        };
+        format!(
+            "{what} {}; only root and the socket group may write where the daemon keeps \
+             snapshots",
+            e.reason
+        )
+    })
 }
 
 /// A start error that names an event becomes a config error pointing at

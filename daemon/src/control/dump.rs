@@ -27,12 +27,13 @@ fn write_capture(
     dir: &Path,
     file_name: &str,
     compression: Option<i32>,
+    group: Option<u32>,
 ) -> Result<DumpOutput, SnapshotError> {
     let opts = WriteOptions {
         compression,
         host: Some(recorder.host()),
     };
-    let written = output::write_snapshot(&capture, &opts, dir, file_name)?;
+    let written = output::write_snapshot_in_group(&capture, &opts, dir, file_name, group)?;
     Ok(DumpOutput {
         bytes: written.bytes,
         cpus: capture.cpus,
@@ -85,10 +86,8 @@ impl State {
                     cur.store.dir(),
                     &r.file_name(),
                     compression,
+                    cur.store.group_id(),
                 );
-                if written.is_ok() {
-                    cur.store.adopt(&r);
-                }
                 match written {
                     Ok(output) => match cur.store.get(&r.id()) {
                         Ok(snapshot) => Ok((snapshot, output)),

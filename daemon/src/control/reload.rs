@@ -48,7 +48,7 @@ impl State {
         let source = self.source.clone();
         let loaded = tokio::task::spawn_blocking(move || source.load()).await??;
         let group = resolve_group(&loaded)?;
-        check_paths(&loaded)?;
+        check_paths(&loaded, group.as_ref())?;
         let old = self.current();
         let (o, n) = (&old.config.config, &loaded.config);
         let mut changes = Vec::new();

@@ -114,7 +114,7 @@ async fn serve(
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
 ) -> Result<(), DaemonError> {
     let group = resolve_group(&loaded)?;
-    check_paths(&loaded)?;
+    check_paths(&loaded, group.as_ref())?;
     let cfg = &loaded.config;
     let (store, removed) = Store::open(&cfg.daemon.output_dir, &host_name())?;
     log_removed_temps(&removed);

@@ -1,11 +1,13 @@
 //! Putting a snapshot on disk so that a reader never sees half of one.
 //!
-//! The file is created as `.<name>.tmp-<pid>-<n>` in the output directory
-//! (see [`is_temp_file_name`]: the store removes such leftovers of a crash),
-//! written through a shared memory map grown in chunks of up to 64 MiB
-//! (one copy into memory per piece instead of a `write()` call each),
-//! truncated to its exact length, fsync'ed, renamed to its final name
-//! (never over an existing file) and the directory fsync'ed. Each chunk's blocks are reserved with
+//! The file is created exclusively as `.<name>.tmp-<12 random characters>`
+//! in the output directory, its mode and group set on the descriptor
+//! (`flightrec_files::NewFile`; see [`is_temp_file_name`]: the store
+//! removes such leftovers of a crash), written through a shared memory map
+//! grown in chunks of up to 64 MiB (one copy into memory per piece instead
+//! of a `write()` call each), truncated to its exact length, fsync'ed,
+//! renamed to its final name (never over an existing file) and the
+//! directory fsync'ed. Each chunk's blocks are reserved with
 //! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
 //! error here instead of a SIGBUS when a page of the map is first touched.
 //! On any error the temporary file is removed and the error names the file.
@@ -13,12 +15,14 @@
 //! Writing is meant to run on its own thread after the capture returned:
 //! the capture never waits on the disk.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use flightrec_files::new_file::CommitError;
+use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
 
 use memmap2::MmapMut;
 use thiserror::Error;
@@ -99,18 +103,6 @@ impl SnapshotError {
         }
     }
 
-    /// The same error about `path` (the final name instead of the
-    /// temporary one).
-    fn about(self, path: &Path) -> Self {
-        let path = path.to_path_buf();
-        match self {
-            Self::Create { source, .. } => Self::Create { path, source },
-            Self::Write { source, .. } => Self::Write { path, source },
-            Self::Sync { source, .. } => Self::Sync { path, source },
-            other => other,
-        }
-    }
-
     /// The file (or directory) the error is about.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -140,17 +132,13 @@ pub struct WrittenSnapshot {
     pub elapsed: Duration,
 }
 
-/// The temporary name of `name` while it is written:
-/// `.<name>.tmp-<pid>-<n>`.
-pub fn temp_file_name(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!(".{name}{TEMP_MARK}{}-{n}", std::process::id())
-}
-
-/// Whether `name` is a temporary snapshot name (`.<name>.tmp-<pid>-<n>`):
-/// a leftover of a crash when no writer runs.
+/// Whether `name` is a temporary snapshot name: a leftover of a crash when
+/// no writer runs. Today's writer names them as `NewFile` does; earlier
+/// versions used `.<name>.tmp-<pid>-<n>`.
 pub fn is_temp_file_name(name: &str) -> bool {
+    if flightrec_files::is_temp_name(name) {
+        return true;
+    }
     let Some(rest) = name.strip_prefix('.') else {
         return false;
     };
@@ -176,14 +164,25 @@ fn check_name(name: &str) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Writes `capture` as `dir/file_name`, atomically (see the module docs).
-/// `opts.host` should be the facts gathered at daemon start; without it they
-/// are gathered now.
+/// Writes `capture` as `dir/file_name`, atomically (see the module docs),
+/// mode [`FILE_MODE`] in the writer's group. `opts.host` should be the
+/// facts gathered at daemon start; without it they are gathered now.
 pub fn write_snapshot(
     capture: &Capture,
     opts: &WriteOptions,
     dir: &Path,
     file_name: &str,
+) -> Result<WrittenSnapshot, SnapshotError> {
+    write_snapshot_in_group(capture, opts, dir, file_name, None)
+}
+
+/// [`write_snapshot`] giving the file to `group` (the socket group).
+pub fn write_snapshot_in_group(
+    capture: &Capture,
+    opts: &WriteOptions,
+    dir: &Path,
+    file_name: &str,
+    group: Option<u32>,
 ) -> Result<WrittenSnapshot, SnapshotError> {
     let started = Instant::now();
     check_name(file_name)?;
@@ -208,7 +207,7 @@ pub fn write_snapshot(
         path: path.clone(),
         source,
     })?;
-    let bytes = put_file(&data, dir, file_name, false)?;
+    let bytes = put_file(&data, dir, file_name, Access::new(FILE_MODE, group), false)?;
     Ok(WrittenSnapshot {
         path,
         bytes,
@@ -219,6 +218,7 @@ pub fn write_snapshot(
 
 /// Replaces the uncompressed snapshot at `path` by its zstd-compressed
 /// form at `level`, atomically: until the rename the original is untouched.
+/// The new file keeps the original's mode and group.
 /// The file is read piece by piece; memory holds one piece (32 MiB) and the
 /// compressed result, which is then written with its exact size reserved
 /// (compressing is how a full disk gets room back).
@@ -237,7 +237,7 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
     } else {
         dir
     };
-    let file = File::open(path).map_err(|source| SnapshotError::Read {
+    let (file, md) = open_regular(path, Links::Refuse).map_err(|source| SnapshotError::Read {
         path: path.into(),
         source,
     })?;
@@ -246,7 +246,8 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
         source,
     })?;
     drop(file);
-    let written = put_file(&data, dir, name, true)?;
+    let access = Access::new(md.mode() & 0o7777, Some(md.gid()));
+    let written = put_file(&data, dir, name, access, true)?;
     Ok(WrittenSnapshot {
         path: path.into(),
         bytes: written,
@@ -255,105 +256,58 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
     })
 }
 
-/// Writes `data` under a temporary name in `dir`, then renames it to
-/// `name` (replacing an existing file only if `replace`). Returns the size.
+/// Writes `data` under a temporary name in `dir` with `access`, then
+/// renames it to `name` (replacing an existing file only if `replace`).
+/// Returns the size. Errors name the snapshot, not the temporary file
+/// (removed on error).
 fn put_file(
     data: &PerfData<'_>,
     dir: &Path,
     name: &str,
+    access: Access,
     replace: bool,
 ) -> Result<u64, SnapshotError> {
-    let temp = dir.join(temp_file_name(name));
     let path = dir.join(name);
-    // Errors name the snapshot, not the temporary file (removed below).
-    let result = write_temp(data, &temp)
-        .map_err(|e| e.about(&path))
-        .and_then(|len| {
-            rename(&temp, &path, replace)?;
-            Ok(len)
-        });
-    match result {
-        Ok(len) => {
-            sync_dir(dir)?;
-            Ok(len)
-        }
-        Err(e) => {
-            // Best effort: the error that matters is `e`.
-            let _ = std::fs::remove_file(&temp);
-            Err(e)
-        }
-    }
-}
-
-fn write_temp(data: &PerfData<'_>, temp: &Path) -> Result<u64, SnapshotError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(temp)
-        .map_err(|source| SnapshotError::Create {
-            path: temp.into(),
-            source,
-        })?;
+    let new = NewFile::create(dir, name, access).map_err(|source| SnapshotError::Create {
+        path: path.clone(),
+        source,
+    })?;
     let write_err = |source| SnapshotError::Write {
-        path: temp.into(),
+        path: path.clone(),
         source,
     };
-    // The umask may have cleared bits of FILE_MODE.
-    file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
-        .map_err(write_err)?;
-    let mut out = MappedOutput::new(file, data.len());
+    let mut out = MappedOutput::new(new.file(), data.len());
     for segment in &data.segments {
         out.write(segment).map_err(write_err)?;
     }
-    let (file, len) = out.finish().map_err(write_err)?;
-    file.sync_all().map_err(|source| SnapshotError::Sync {
-        path: temp.into(),
-        source,
+    let len = out.finish().map_err(write_err)?;
+    let existing = if replace {
+        Existing::Replace
+    } else {
+        Existing::Keep
+    };
+    new.commit(existing).map_err(|e| match e {
+        CommitError::Sync { source } => SnapshotError::Sync { path, source },
+        CommitError::Rename { source } if source.kind() == io::ErrorKind::AlreadyExists => {
+            SnapshotError::Exists { path }
+        }
+        CommitError::Rename { source } => SnapshotError::Rename {
+            from: dir.join(format!(".{name}.tmp-*")),
+            to: path,
+            source,
+        },
+        CommitError::SyncDir { source } => SnapshotError::SyncDir {
+            path: dir.into(),
+            source,
+        },
     })?;
     Ok(len)
 }
 
-fn rename(from: &Path, to: &Path, replace: bool) -> Result<(), SnapshotError> {
-    let result = if replace {
-        std::fs::rename(from, to)
-    } else {
-        nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            from,
-            nix::fcntl::AT_FDCWD,
-            to,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(io::Error::from)
-    };
-    result.map_err(|source| {
-        if source.kind() == io::ErrorKind::AlreadyExists {
-            SnapshotError::Exists { path: to.into() }
-        } else {
-            SnapshotError::Rename {
-                from: from.into(),
-                to: to.into(),
-                source,
-            }
-        }
-    })
-}
-
-fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| SnapshotError::SyncDir {
-            path: dir.into(),
-            source,
-        })
-}
-
 /// A file written through shared maps of up to [`CHUNK_BYTES`], each
 /// reserved with `posix_fallocate` before it is mapped.
-struct MappedOutput {
-    file: File,
+struct MappedOutput<'f> {
+    file: &'f File,
     map: Option<MmapMut>,
     /// File offset of `map`.
     map_start: u64,
@@ -364,8 +318,8 @@ struct MappedOutput {
     expected: u64,
 }
 
-impl MappedOutput {
-    fn new(file: File, expected: u64) -> Self {
+impl<'f> MappedOutput<'f> {
+    fn new(file: &'f File, expected: u64) -> Self {
         Self {
             file,
             map: None,
@@ -412,20 +366,20 @@ impl MappedOutput {
         let to_off = |v: u64| {
             libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
         };
-        nix::fcntl::posix_fallocate(&self.file, to_off(start)?, to_off(size)?)
+        nix::fcntl::posix_fallocate(self.file, to_off(start)?, to_off(size)?)
             .map_err(io::Error::from)?;
         let len = usize::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let map = crate::perf::file_map::map_reserved_chunk(&self.file, start, len)?;
+        let map = crate::perf::file_map::map_reserved_chunk(self.file, start, len)?;
         self.map_start = start;
         self.map = Some(map);
         Ok(())
     }
 
     /// Unmaps and cuts the file to the bytes written.
-    fn finish(mut self) -> io::Result<(File, u64)> {
+    fn finish(mut self) -> io::Result<u64> {
         self.map = None;
         self.file.set_len(self.len)?;
-        Ok((self.file, self.len))
+        Ok(self.len)
     }
 }
 
@@ -435,15 +389,19 @@ mod tests {
 
     #[test]
     fn temp_names_are_recognized_and_final_names_are_not() {
-        let t = temp_file_name("host-20261120T221500Z-0001.perf.data");
+        let dir = tempfile::tempdir().unwrap();
+        let name = "host-20261120T221500Z-0001.perf.data";
+        let new = NewFile::create(dir.path(), name, Access::PRIVATE).unwrap();
+        let t = new.temp_path().file_name().unwrap().to_str().unwrap();
         assert!(t.starts_with(".host-20261120T221500Z-0001.perf.data.tmp-"));
-        assert!(is_temp_file_name(&t));
+        assert!(is_temp_file_name(t));
+        // Left by earlier versions.
+        assert!(is_temp_file_name(".host-1.perf.data.tmp-123-0"));
         assert!(!is_temp_file_name("host-20261120T221500Z-0001.perf.data"));
         assert!(!is_temp_file_name(".hidden"));
         assert!(!is_temp_file_name(".x.tmp-12-"));
         assert!(!is_temp_file_name(".x.tmp-a-1"));
         assert!(!is_temp_file_name("..tmp-1-2"));
-        assert_ne!(temp_file_name("a"), temp_file_name("a"));
     }
 
     #[test]
@@ -461,21 +419,21 @@ mod tests {
     fn mapped_output_crosses_chunks_and_ends_at_exact_length() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
-        let file = OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
             .unwrap();
         // Expect less than is written: the writer must grow past it.
-        let mut out = MappedOutput::new(file, 5000);
+        let mut out = MappedOutput::new(&file, 5000);
         let piece: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
         let mut want = Vec::new();
         for _ in 0..5 {
             out.write(&piece).unwrap();
             want.extend_from_slice(&piece);
         }
-        let (_, len) = out.finish().unwrap();
+        let len = out.finish().unwrap();
         assert_eq!(len, want.len() as u64);
         assert_eq!(std::fs::read(&path).unwrap(), want);
     }

@@ -3,11 +3,15 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use super::{SnapshotName, Store, StoreError, parse_id, read_compressed_flag};
+
+/// A sidecar is a few hundred bytes; more is not one of ours.
+const MAX_SIDECAR_BYTES: usize = 64 << 10;
 
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,20 +42,23 @@ pub(super) struct Meta {
 }
 
 impl Store {
+    /// The snapshot named `n`, if it is a regular file the daemon owns
+    /// (anything else at that name is not a snapshot: `NotFound`).
     pub(super) fn info_of(&self, n: &SnapshotName) -> Result<SnapshotInfo, StoreError> {
         let id = n.id();
         let path = self.dir.join(n.file_name());
-        let md = fs::metadata(&path).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                StoreError::NotFound { id: id.clone() }
-            } else {
-                StoreError::Stat {
-                    path: path.clone(),
-                    source,
-                }
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(source) if source.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound { id });
             }
-        })?;
-        let meta: Option<Meta> = fs::read(self.sidecar_path(&id))
+            Err(source) => return Err(StoreError::Stat { path, source }),
+        }
+        let md = self
+            .own_entry(&n.file_name())
+            .ok_or_else(|| StoreError::NotFound { id: id.clone() })?;
+        let meta: Option<Meta> = self
+            .read_sidecar(&id)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let pending_uploads = meta.as_ref().map_or_else(Vec::new, |m| m.uploads.clone());
@@ -70,6 +77,20 @@ impl Store {
             id,
             path,
         })
+    }
+
+    /// The bytes of snapshot `id`'s sidecar: a regular file of the
+    /// daemon's, not followed as a link, small.
+    pub(super) fn read_sidecar(&self, id: &str) -> io::Result<Vec<u8>> {
+        let path = self.sidecar_path(id);
+        let (mut f, md) = flightrec_files::open_regular(&path, flightrec_files::Links::Refuse)?;
+        if md.uid() != super::own_uid() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} is not the daemon's", path.display()),
+            ));
+        }
+        flightrec_files::untrusted::read_small(&mut f, MAX_SIDECAR_BYTES)
     }
 
     /// The snapshot with this id (as `List` gives it).

@@ -5,7 +5,7 @@
 use std::fs;
 use std::io;
 
-use super::{RewriteError, SnapshotInfo, Store, StoreError, give_to_group, parse_id};
+use super::{RewriteError, SnapshotInfo, Store, StoreError, parse_id};
 
 /// Holds a snapshot's id in [`Store::busy`] until dropped.
 pub(super) struct SnapshotLock<'a> {
@@ -36,9 +36,9 @@ impl Store {
         }
     }
 
-    /// Runs `rewrite` on snapshot `id` (a compression replacing the file)
-    /// with the snapshot locked against removal, then gives the new file to
-    /// the socket group. Returns the snapshot before and after.
+    /// Runs `rewrite` on snapshot `id` (a compression replacing the file,
+    /// which keeps its mode and group) with the snapshot locked against
+    /// removal. Returns the snapshot before and after.
     pub fn rewrite<E>(
         &self,
         id: &str,
@@ -48,7 +48,6 @@ impl Store {
         let _lock = self.lock_snapshot(&n.id());
         let before = self.info_of(&n)?;
         rewrite(&before).map_err(RewriteError::Rewrite)?;
-        give_to_group(&before.path, self.group());
         let after = self.info_of(&n)?;
         Ok((before, after))
     }

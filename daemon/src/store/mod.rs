@@ -12,7 +12,14 @@
 //! With a socket group configured the directory, the snapshots and their
 //! sidecars belong to that group (modes 0750 and 0640), so a member who may
 //! ask for a dump may also read it. A directory removed while the daemon
-//! runs is created again by the next dump. Compressing a snapshot and
+//! runs is created again by the next dump.
+//!
+//! The daemon runs as root in a directory the config names: files are
+//! created exclusively under unpredictable names and given their group on
+//! the descriptor (`flightrec_files::NewFile`), and listing, clean-up,
+//! retention and group changes act only on regular files the daemon owns
+//! (`lstat`, never following a link); anything else is passed over and
+//! named once in the log. Compressing a snapshot and
 //! removing it (retention) take the same per-snapshot lock, so a removal
 //! never races a compression that would bring the file back.
 
@@ -27,8 +34,8 @@ mod uploads;
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Read};
-use std::os::unix::fs::DirBuilderExt;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -113,9 +120,9 @@ pub enum RewriteError<E> {
     Rewrite(E),
 }
 
-/// Temporary files: the writer's, named by [`output::temp_file_name`], and
-/// the sidecars' (`.<id>.meta.tmp-<pid>`): leftovers of a crash when no dump
-/// runs.
+/// Temporary files: the writers' (`flightrec_files::NewFile` names, and
+/// those of earlier versions: `.<name>.tmp-<pid>-<n>`, `.<id>.meta.tmp-<pid>`):
+/// leftovers of a crash when no dump runs.
 pub fn is_temp_file_name(name: &str) -> bool {
     output::is_temp_file_name(name) || is_meta_temp_file_name(name)
 }
@@ -139,11 +146,15 @@ pub fn header_says_compressed(header: &[u8]) -> bool {
 }
 
 fn read_compressed_flag(path: &Path) -> bool {
-    let mut buf = [0u8; 0x50];
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map(|()| header_says_compressed(&buf))
-        .unwrap_or(false)
+    use flightrec_files::{Links, open_regular, untrusted::read_at_most};
+    open_regular(path, Links::Refuse)
+        .and_then(|(f, _)| read_at_most(&f, 0, 0x50, 0x50))
+        .is_ok_and(|header| header_says_compressed(&header))
+}
+
+/// The daemon's effective uid: the owner of every file it acts on.
+fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
 }
 
 pub fn unix_ns(t: SystemTime) -> i64 {
@@ -166,13 +177,17 @@ pub struct Store {
     freed: Condvar,
     /// Destinations new snapshots are queued for (see `uploads`).
     uploads: Mutex<Vec<String>>,
+    /// Entries passed over (not a regular file of the daemon's) already
+    /// named in the log.
+    reported: Mutex<HashSet<String>>,
 }
 
-/// Gives `path` to `gid` (ownership stays root's); failures are logged,
-/// not fatal: the snapshot matters more than the group's access to it.
-fn give_to_group(path: &Path, gid: Option<Gid>) {
+/// Gives the open `file` (at `path`) to `gid` (ownership stays root's);
+/// failures are logged, not fatal: the snapshot matters more than the
+/// group's access to it.
+fn give_to_group(file: &fs::File, path: &Path, gid: Option<Gid>) {
     if let Some(gid) = gid
-        && let Err(e) = nix::unistd::chown(path, None, Some(gid))
+        && let Err(e) = nix::unistd::fchown(file, None, Some(gid))
     {
         tracing::warn!(path = %path.display(), gid = gid.as_raw(), "cannot give the file to the socket group: {e}");
     }
@@ -190,6 +205,7 @@ impl Store {
             busy: Mutex::new(HashSet::new()),
             freed: Condvar::new(),
             uploads: Mutex::new(Vec::new()),
+            reported: Mutex::new(HashSet::new()),
         };
         store.ensure_dir()?;
         let mut removed = Vec::new();
@@ -199,8 +215,14 @@ impl Store {
             let orphan_meta = file
                 .strip_prefix('.')
                 .and_then(|f| f.strip_suffix(".meta"))
-                .is_some_and(|id| !store.dir.join(format!("{id}{}", name::SUFFIX)).exists());
-            if is_temp_file_name(&file) || orphan_meta {
+                .is_some_and(|id| {
+                    store
+                        .dir
+                        .join(format!("{id}{}", name::SUFFIX))
+                        .symlink_metadata()
+                        .is_err()
+                });
+            if (is_temp_file_name(&file) || orphan_meta) && store.own_entry(&file).is_some() {
                 fs::remove_file(&path).map_err(|source| StoreError::Remove {
                     path: path.clone(),
                     source,
@@ -223,26 +245,79 @@ impl Store {
     }
 
     /// Gives the directory, the snapshots and their sidecars to `gid` (the
-    /// socket group), now and for every file written later.
+    /// socket group), now and for every file written later. Only regular
+    /// files the daemon owns are changed, through their descriptor.
     pub fn set_group(&self, gid: Option<Gid>) -> Result<(), StoreError> {
         *self.group.lock().unwrap_or_else(|p| p.into_inner()) = gid;
         if gid.is_none() {
             return Ok(());
         }
-        give_to_group(&self.dir, gid);
+        self.give_dir_to_group();
         for file in self.read_dir()? {
             let snapshot = SnapshotName::parse_file_name(&file).is_some();
             let sidecar = file.starts_with('.') && file.ends_with(".meta");
-            if snapshot || sidecar {
-                give_to_group(&self.dir.join(file), gid);
+            if !(snapshot || sidecar) {
+                continue;
+            }
+            let path = self.dir.join(&file);
+            match flightrec_files::open_regular(&path, flightrec_files::Links::Refuse) {
+                Ok((f, md)) if md.uid() == own_uid() => give_to_group(&f, &path, gid),
+                Ok((_, md)) => self.report_skipped(&file, &md),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => self.report_unusable(&file, &e),
             }
         }
         Ok(())
     }
 
-    /// Gives a snapshot just written to the socket group.
-    pub fn adopt(&self, r: &Reservation) {
-        give_to_group(&self.dir.join(r.file_name()), self.group());
+    /// The group files are created in (the socket group), as a gid.
+    pub fn group_id(&self) -> Option<u32> {
+        self.group().map(Gid::as_raw)
+    }
+
+    fn give_dir_to_group(&self) {
+        if let Ok(dir) = fs::File::open(&self.dir) {
+            give_to_group(&dir, &self.dir, self.group());
+        }
+    }
+
+    /// The metadata of entry `name` if it is a regular file the daemon
+    /// owns (not following a link); else `None`, and the entry is named
+    /// once in the log (a name gone meanwhile is not).
+    fn own_entry(&self, name: &str) -> Option<fs::Metadata> {
+        let md = fs::symlink_metadata(self.dir.join(name)).ok()?;
+        if md.file_type().is_file() && md.uid() == own_uid() {
+            Some(md)
+        } else {
+            self.report_skipped(name, &md);
+            None
+        }
+    }
+
+    fn report_skipped(&self, name: &str, md: &fs::Metadata) {
+        let what = if md.file_type().is_file() {
+            format!("a file of uid {}, not the daemon's", md.uid())
+        } else {
+            flightrec_files::untrusted::kind(md).to_string()
+        };
+        self.report(name, &what);
+    }
+
+    fn report_unusable(&self, name: &str, e: &io::Error) {
+        self.report(name, &e.to_string());
+    }
+
+    fn report(&self, name: &str, what: &str) {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: a directory full of plants is named once each, up to a
+        // point, not once per listing.
+        if reported.len() < 1024 && reported.insert(name.to_string()) {
+            tracing::warn!(
+                dir = %self.dir.display(),
+                entry = %flightrec_config::quoted(name),
+                "passed over in the output directory: {what} (someone else put it there?)"
+            );
+        }
     }
 
     /// Creates the directory (0750, the socket group's) if it is missing:
@@ -261,13 +336,13 @@ impl Store {
             })?;
         // The mode asked for is cut by the umask; the store's is exact.
         use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o750)).map_err(|source| {
-            StoreError::CreateDir {
+        fs::File::open(&self.dir)
+            .and_then(|d| d.set_permissions(fs::Permissions::from_mode(0o750)))
+            .map_err(|source| StoreError::CreateDir {
                 path: self.dir.clone(),
                 source,
-            }
-        })?;
-        give_to_group(&self.dir, self.group());
+            })?;
+        self.give_dir_to_group();
         Ok(())
     }
 

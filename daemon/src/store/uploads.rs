@@ -3,12 +3,13 @@
 //! snapshot and rewritten (atomically) as each upload completes, so the
 //! queue survives a restart or a kill -9 at any point.
 
-use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
+
+use flightrec_files::new_file::write_new;
+use flightrec_files::{Access, Existing};
 
 use super::info::Meta;
-use super::{SnapshotInfo, Store, StoreError, give_to_group, meta_file_name, parse_id};
+use super::{SnapshotInfo, Store, StoreError, meta_file_name, parse_id};
 
 impl Store {
     /// Where snapshots written from now on are to be uploaded ("jetstream",
@@ -40,7 +41,7 @@ impl Store {
         let n = parse_id(id)?;
         let _lock = self.lock_snapshot(&n.id());
         let path = self.sidecar_path(id);
-        let mut meta: Meta = match fs::read(&path) {
+        let mut meta: Meta = match self.read_sidecar(id) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::WriteMeta {
                 path: path.clone(),
                 source: io::Error::new(io::ErrorKind::InvalidData, e),
@@ -48,7 +49,7 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(source) => return Err(StoreError::WriteMeta { path, source }),
         };
-        if !self.dir.join(n.file_name()).exists() {
+        if self.dir.join(n.file_name()).symlink_metadata().is_err() {
             return Ok(false);
         }
         meta.uploads.retain(|d| d != destination);
@@ -57,36 +58,30 @@ impl Store {
     }
 
     /// Writes `.<id>.meta` (0640, the socket group's) through a temporary
-    /// file, synced, then renamed: a reader sees the old or the new one.
+    /// file created exclusively, synced, then renamed: a reader sees the old
+    /// or the new one.
     pub(super) fn write_sidecar(&self, id: &str, meta: &Meta) -> Result<(), StoreError> {
-        let final_path = self.sidecar_path(id);
-        let tmp = self
-            .dir
-            .join(format!("{}.tmp-{}", meta_file_name(id), std::process::id()));
-        let write = || -> io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o640)
-                .open(&tmp)?;
-            give_to_group(&tmp, self.group());
-            f.write_all(&serde_json::to_vec(meta).map_err(io::Error::other)?)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &final_path)
-        };
-        write().map_err(|source| {
-            let _ = fs::remove_file(&tmp);
-            StoreError::WriteMeta {
-                path: final_path.clone(),
-                source,
-            }
+        let bytes = serde_json::to_vec(meta).map_err(|e| StoreError::WriteMeta {
+            path: self.sidecar_path(id),
+            source: io::Error::other(e),
+        })?;
+        write_new(
+            &self.dir,
+            &meta_file_name(id),
+            &bytes,
+            Access::new(0o640, self.group_id()),
+            Existing::Replace,
+        )
+        .map_err(|source| StoreError::WriteMeta {
+            path: self.sidecar_path(id),
+            source,
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
