@@ -9,13 +9,12 @@ use std::time::{Duration, SystemTime};
 use super::config::describe_source;
 use super::outcome::{DumpDone, DumpFailure, DumpTimings};
 use super::{ReloadError, State};
-use crate::perf::sched::RealtimeDump;
 use crate::recorder::{EventInfo, RecorderStatus};
 use crate::snapshot::output::{self, SnapshotError};
 use crate::snapshot::reader::ReadError;
 use crate::store::{
-    RetentionPolicy, RewriteError, SnapshotInfo, StoreError, Usage, retention, retention_entries,
-    unix_ns,
+    RetentionPolicy, RewriteError, SnapshotInfo, Store, StoreError, Usage, retention,
+    retention_entries, unix_ns,
 };
 use crate::triggers::{Outcome, TriggerKind};
 
@@ -179,6 +178,91 @@ pub fn refuse_removing_all(
     Ok(())
 }
 
+/// Replaces snapshot `id` by its compressed form at `level`, locked against
+/// retention removing it meanwhile. Returns the snapshot before and after.
+fn compress_in_place(
+    store: &Store,
+    id: &str,
+    level: i32,
+) -> Result<(SnapshotInfo, SnapshotInfo), CommandError> {
+    let already =
+        || CommandError::FailedPrecondition(format!("snapshot {id} is already compressed"));
+    let rewritten = store.rewrite(id, |before| {
+        if before.compressed {
+            return Err(already());
+        }
+        output::compress_snapshot(&before.path, level)
+            .map(drop)
+            .map_err(|e| match &e {
+                SnapshotError::Parse {
+                    source: ReadError::AlreadyCompressed,
+                    ..
+                } => already(),
+                e if e.is_disk_full() => {
+                    CommandError::ResourceExhausted(format!("cannot compress {id}: {e}"))
+                }
+                e => CommandError::Internal(format!("cannot compress {id}: {e}")),
+            })
+    });
+    rewritten.map_err(|e| match e {
+        RewriteError::Store(e) => e.into(),
+        RewriteError::Rewrite(e) => e,
+    })
+}
+
+/// `Compress` requests: one compresses at a time, a few more wait their
+/// turn; beyond that they are refused (RESOURCE_EXHAUSTED), so a client
+/// cannot queue unbounded work.
+pub struct CompressQueue {
+    running: Arc<tokio::sync::Semaphore>,
+    admitted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Compress requests admitted at once: one running, the others waiting.
+pub const MAX_COMPRESS_REQUESTS: usize = 3;
+
+/// An admitted request; dropping it makes room for another.
+pub struct Admitted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Default for CompressQueue {
+    fn default() -> Self {
+        CompressQueue {
+            running: Arc::new(tokio::sync::Semaphore::new(1)),
+            admitted: Arc::default(),
+        }
+    }
+}
+
+impl CompressQueue {
+    pub fn admit(&self) -> Result<Admitted, CommandError> {
+        use std::sync::atomic::Ordering;
+        let before = self.admitted.fetch_add(1, Ordering::SeqCst);
+        let admitted = Admitted(self.admitted.clone());
+        if before >= MAX_COMPRESS_REQUESTS {
+            return Err(CommandError::ResourceExhausted(format!(
+                "{MAX_COMPRESS_REQUESTS} compressions are already running or waiting (one \
+                 runs at a time); ask again once they are done"
+            )));
+        }
+        Ok(admitted)
+    }
+
+    /// Waits until no other compression runs.
+    pub async fn turn(&self) -> Result<tokio::sync::OwnedSemaphorePermit, CommandError> {
+        self.running
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| CommandError::ShuttingDown)
+    }
+}
+
 /// Runs `f` on a blocking thread: file systems and the recorder's locks
 /// must not stall the async workers that answer everyone else.
 async fn blocking<T: Send + 'static>(
@@ -269,33 +353,12 @@ impl State {
         let cur = self.current();
         let level = level.unwrap_or(*cur.config.config.snapshot.level.get_ref());
         let store = cur.store.clone();
-        let priority = *cur.config.config.snapshot.realtime_priority.get_ref();
+        let admitted = self.compressions.admit()?;
+        let turn = self.compressions.turn().await?;
         let (before, after) = blocking(move || {
-            let _realtime = RealtimeDump::enter(priority);
-            let already =
-                || CommandError::FailedPrecondition(format!("snapshot {id} is already compressed"));
-            // Locked against retention removing it meanwhile.
-            let rewritten = store.rewrite(&id, |before| {
-                if before.compressed {
-                    return Err(already());
-                }
-                output::compress_snapshot(&before.path, level)
-                    .map(drop)
-                    .map_err(|e| match &e {
-                        SnapshotError::Parse {
-                            source: ReadError::AlreadyCompressed,
-                            ..
-                        } => already(),
-                        e if e.is_disk_full() => {
-                            CommandError::ResourceExhausted(format!("cannot compress {id}: {e}"))
-                        }
-                        e => CommandError::Internal(format!("cannot compress {id}: {e}")),
-                    })
-            });
-            rewritten.map_err(|e| match e {
-                RewriteError::Store(e) => e.into(),
-                RewriteError::Rewrite(e) => e,
-            })
+            // Held until the compression is over, even if the caller left.
+            let _queue = (admitted, turn);
+            crate::perf::sched::background_pool().install(|| compress_in_place(&store, &id, level))
         })
         .await?;
         tracing::info!(id = %after.id, before = before.bytes, after = after.bytes, level, "snapshot compressed");
@@ -394,6 +457,25 @@ mod tests {
             seq: 0,
             pending_uploads: Vec::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn compressions_run_one_at_a_time_and_only_a_few_may_wait() {
+        let q = CompressQueue::default();
+        let mut admitted: Vec<Admitted> = (0..MAX_COMPRESS_REQUESTS)
+            .map(|_| q.admit().unwrap())
+            .collect();
+        assert!(matches!(
+            q.admit(),
+            Err(CommandError::ResourceExhausted(m)) if m.starts_with("3 compressions are already")
+        ));
+        admitted.pop();
+        let _again = q.admit().unwrap();
+        let first = q.turn().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_millis(50), q.turn()).await;
+        assert!(second.is_err(), "a second compression ran beside the first");
+        drop(first);
+        let _second = q.turn().await.unwrap();
     }
 
     #[test]

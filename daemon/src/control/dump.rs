@@ -11,7 +11,7 @@ use flightrec_config::Compression;
 
 use super::config::retention_of;
 use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
-use crate::perf::sched::RealtimeDump;
+use crate::perf::sched::NormalPriority;
 use crate::recorder::{Capture, Recorder};
 use crate::snapshot::output::{self, SnapshotError};
 use crate::snapshot::perfdata::WriteOptions;
@@ -55,10 +55,12 @@ impl State {
             .compress
             .unwrap_or(snap.compression == Compression::Zstd)
             .then_some(*snap.level.get_ref());
-        let _realtime = RealtimeDump::enter(*snap.realtime_priority.get_ref());
         let frozen_at = SystemTime::now();
         let captured = cur.recorder.capture();
         let capture_time = started.elapsed();
+        // The rings are frozen: the rest (naming, writing, compressing,
+        // retention) is ordinary work and runs at normal priority.
+        let _normal = NormalPriority::enter();
         let captured = match captured {
             Ok(c) => c,
             Err(e) => {

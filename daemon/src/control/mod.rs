@@ -65,6 +65,8 @@ pub struct State {
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
     /// The fleet connection (None inside without `[fleet]`).
     pub fleet: Arc<crate::fleet::FleetStatus>,
+    /// `Compress` requests running and waiting.
+    compressions: command::CompressQueue,
 }
 
 /// The dump queue's receiving end, for [`run_dumps`].
@@ -102,6 +104,7 @@ impl State {
             reload_lock: tokio::sync::Mutex::new(()),
             set_log_level,
             fleet: Arc::default(),
+            compressions: command::CompressQueue::default(),
         });
         (
             state,
@@ -236,9 +239,10 @@ impl State {
 }
 
 /// Serves the dump queue until shutdown on its own thread
-/// (`flightrec-dump`, SCHED_FIFO at `snapshot.realtime_priority`):
-/// coalescing, rate limit, then one dump at a time (see [`triggers`]).
-/// The rayon workers that pause the rings run at that priority too.
+/// (`flightrec-dump`, SCHED_FIFO at `snapshot.realtime_priority` until the
+/// rings are frozen): coalescing, rate limit, then one dump at a time (see
+/// [`triggers`]). The workers that freeze the rings run at that priority
+/// too.
 /// Resolves when the thread has served its last dump.
 pub async fn run_dumps(state: Arc<State>, queue: DumpQueue) -> std::io::Result<()> {
     let (done_tx, done_rx) = oneshot::channel();
@@ -250,7 +254,7 @@ pub async fn run_dumps(state: Arc<State>, queue: DumpQueue) -> std::io::Result<(
     std::thread::Builder::new()
         .name("flightrec-dump".into())
         .spawn(move || {
-            crate::perf::sched::pin_rayon_workers(priority);
+            crate::perf::sched::pin_freeze_workers(priority);
             crate::perf::sched::run_realtime(priority);
             triggers::run(requests, timing, |spec| state.dump_blocking(&spec));
             let _ = done_tx.send(());

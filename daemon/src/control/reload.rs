@@ -12,7 +12,7 @@ use super::config::{
     start_recorder, timing_of,
 };
 use super::{Current, State};
-use crate::perf::sched::pin_rayon_workers;
+use crate::perf::sched::pin_freeze_workers;
 use crate::store::{Store, StoreError};
 use crate::triggers::Message;
 
@@ -108,7 +108,7 @@ impl State {
         if o.snapshot != n.snapshot {
             let _ = self.send_to_dumps(Message::Timing(timing_of(n)));
             if o.snapshot.realtime_priority != n.snapshot.realtime_priority {
-                pin_rayon_workers(*n.snapshot.realtime_priority.get_ref());
+                pin_freeze_workers(*n.snapshot.realtime_priority.get_ref());
             }
             changes.push("snapshot".into());
         }

@@ -1,21 +1,32 @@
-//! Scheduling of the threads that freeze and write snapshots.
+//! Scheduling of the threads that freeze the rings, and of everything else.
 //!
-//! A dump is a few milliseconds of work, but on a loaded machine a thread at
-//! normal priority shares the CPUs with every runnable task and the same
-//! dump takes seconds (measured under `perf bench sched messaging`: 0.5 s
-//! for a 4 MiB-per-CPU snapshot, 20 ms under SCHED_FIFO), and waking it
-//! takes milliseconds, during which the rings overwrite the moment of the
-//! trigger. So the threads on the way from a trigger to the freeze (the
-//! signal thread, the condition thread, the dump thread and the rayon
-//! workers that pause the per-CPU rings) run SCHED_FIFO for the daemon's
-//! life ([`run_realtime`], [`pin_rayon_workers`]): asleep they cost
-//! nothing, woken they run at once. A Compress runs under a
-//! [`RealtimeDump`] guard. Needs CAP_SYS_NICE; without it everything runs
-//! at normal priority and a warning says so once.
+//! A freeze is a few milliseconds of work, but on a loaded machine a thread
+//! at normal priority shares the CPUs with every runnable task and waking
+//! it takes milliseconds, during which the rings overwrite the moment of
+//! the trigger (measured under `perf bench sched messaging`: 0.5 s for a
+//! 4 MiB-per-CPU snapshot at normal priority, 20 ms under SCHED_FIFO). So
+//! the threads on the way from a trigger to frozen rings run SCHED_FIFO for
+//! the daemon's life: the signal thread, the condition thread, the dump
+//! thread ([`run_realtime`]) and the workers of the [`freeze_pool`] that
+//! switch the per-CPU rings ([`pin_freeze_workers`]). Asleep they cost
+//! nothing, woken they run at once.
+//!
+//! Nothing else does: once the rings are frozen the dump thread drops to
+//! normal priority for the write, compression and retention
+//! ([`NormalPriority`]), compression runs on rayon's global pool at normal
+//! priority, and a `Compress` asked over the API runs on the
+//! [`background_pool`], whose workers are niced ([`BACKGROUND_NICE`]) so a
+//! socket-group member cannot take the CPUs from the machine's work.
+//! Realtime needs CAP_SYS_NICE; without it everything runs at normal
+//! priority and a warning says so once.
 
 use std::io;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The nice value of the [`background_pool`]'s workers: a tenth of a
+/// normal task's share of a busy CPU.
+pub const BACKGROUND_NICE: i32 = 10;
 
 /// SCHED_FIFO at `priority` (1..=99) for the calling thread; children it
 /// forks start at normal priority.
@@ -45,18 +56,26 @@ fn set_current_thread_policy(policy: i32, priority: i32) -> io::Result<()> {
     }
 }
 
-/// How many guards are alive, so the rayon workers are raised by the first
-/// and lowered by the last (a Compress may overlap a dump).
-static ACTIVE: Mutex<usize> = Mutex::new(0);
+/// The nice value of the calling thread (Linux: per thread, by tid).
+fn set_current_thread_nice(nice: i32) -> io::Result<()> {
+    let tid = nix::unistd::gettid().as_raw();
+    let tid = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: setpriority takes no pointers; PRIO_PROCESS with a tid
+    // changes that one thread of ours.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 static WARNED: AtomicBool = AtomicBool::new(false);
-/// The priority the rayon workers are pinned at (0: not pinned); guards
-/// leave pinned workers as they are.
-static PINNED: AtomicU8 = AtomicU8::new(0);
 
 fn warn_refused(priority: u8, e: &io::Error) {
     if !WARNED.swap(true, Ordering::Relaxed) {
         tracing::warn!(
-            "triggers and dumps run at normal priority: SCHED_FIFO {priority} refused ({e}); \
+            "triggers and freezes run at normal priority: SCHED_FIFO {priority} refused ({e}); \
              grant CAP_SYS_NICE or set snapshot.realtime_priority = 0"
         );
     }
@@ -78,12 +97,22 @@ pub fn run_realtime(priority: u8) -> bool {
     }
 }
 
-/// Runs every rayon worker at SCHED_FIFO `priority` from now on (0: back to
-/// normal), so the per-CPU pauses of a freeze start together.
-pub fn pin_rayon_workers(priority: u8) {
-    let _active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-    PINNED.store(priority, Ordering::SeqCst);
-    rayon::broadcast(|_| {
+/// One worker per CPU, for the per-CPU freeze and copy of a capture only.
+pub fn freeze_pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .thread_name(|i| format!("flightrec-freeze-{i}"))
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the freeze workers: {e}"))
+    })
+}
+
+/// Runs every [`freeze_pool`] worker at SCHED_FIFO `priority` from now on
+/// (0: back to normal), so the per-CPU freezes of a capture start together.
+pub fn pin_freeze_workers(priority: u8) {
+    freeze_pool().broadcast(|_| {
         if priority == 0 {
             let _ = set_current_thread_normal();
         } else if let Err(e) = set_current_thread_fifo(priority) {
@@ -92,65 +121,50 @@ pub fn pin_rayon_workers(priority: u8) {
     });
 }
 
-/// Runs the calling thread and the rayon workers at SCHED_FIFO while alive.
-#[must_use = "the priority drops back when the guard is dropped"]
-pub struct RealtimeDump {
-    raised: bool,
-    /// The thread's policy and priority before, restored on drop (a thread
-    /// already pinned by [`run_realtime`] stays raised).
-    previous: (i32, i32),
+/// Workers at nice [`BACKGROUND_NICE`] for work others ask for that may
+/// take long (a `Compress`): it progresses on a busy machine without
+/// taking the CPUs from it.
+pub fn background_pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .thread_name(|i| format!("flightrec-background-{i}"))
+            .start_handler(|_| {
+                if let Err(e) = set_current_thread_nice(BACKGROUND_NICE) {
+                    tracing::warn!("cannot lower the priority of a background worker: {e}");
+                }
+            })
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the background workers: {e}"))
+    })
 }
 
-impl RealtimeDump {
-    /// Raises to `priority`; 0 leaves everything at normal priority. A
-    /// refusal (no CAP_SYS_NICE, RT throttling limits) is logged once and
-    /// the dump goes on at normal priority.
-    pub fn enter(priority: u8) -> Self {
-        let previous = current_thread_param().unwrap_or((libc::SCHED_OTHER, 0));
-        if priority == 0 {
-            return Self {
-                raised: false,
-                previous,
-            };
-        }
-        if let Err(e) = set_current_thread_fifo(priority) {
-            warn_refused(priority, &e);
-            return Self {
-                raised: false,
-                previous,
-            };
-        }
-        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        if *active == 0 && PINNED.load(Ordering::SeqCst) == 0 {
-            rayon::broadcast(|_| {
-                let _ = set_current_thread_fifo(priority);
-            });
-        }
-        *active += 1;
-        Self {
-            raised: true,
-            previous,
-        }
-    }
+/// Runs the calling thread at normal priority while alive (the dump thread
+/// once the rings are frozen), then as it was before.
+#[must_use = "the priority comes back when the guard is dropped"]
+pub struct NormalPriority {
+    /// The thread's policy (flags such as SCHED_RESET_ON_FORK kept) and
+    /// priority before, when they were not already normal.
+    previous: Option<(i32, i32)>,
+}
 
-    /// Whether this guard raised the priority.
-    pub fn is_raised(&self) -> bool {
-        self.raised
+impl NormalPriority {
+    pub fn enter() -> Self {
+        let previous = current_thread_param()
+            .ok()
+            .filter(|&(policy, _)| policy != libc::SCHED_OTHER);
+        if previous.is_some() {
+            let _ = set_current_thread_normal();
+        }
+        NormalPriority { previous }
     }
 }
 
-impl Drop for RealtimeDump {
+impl Drop for NormalPriority {
     fn drop(&mut self) {
-        if !self.raised {
-            return;
-        }
-        let _ = set_current_thread_policy(self.previous.0, self.previous.1);
-        let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        *active -= 1;
-        if *active == 0 && PINNED.load(Ordering::SeqCst) == 0 {
-            rayon::broadcast(|_| {
-                let _ = set_current_thread_normal();
-            });
+        if let Some((policy, priority)) = self.previous {
+            let _ = set_current_thread_policy(policy, priority);
         }
     }
 }
@@ -181,60 +195,78 @@ pub fn current_thread_policy() -> io::Result<i32> {
     }
 }
 
+/// The calling thread's nice value.
+pub fn current_thread_nice() -> io::Result<i32> {
+    let tid = nix::unistd::gettid().as_raw();
+    let tid = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    nix::errno::Errno::clear();
+    // SAFETY: getpriority takes no pointers; PRIO_PROCESS with a tid reads
+    // that one thread of ours. -1 is a valid answer: errno tells.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    match nix::errno::Errno::last_raw() {
+        0 => Ok(nice),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The rayon workers are shared by the whole test binary: the tests
-    /// that raise them take turns.
-    static RAYON_POLICY: Mutex<()> = Mutex::new(());
-
-    #[test]
-    #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-    fn guard_raises_this_thread_and_the_rayon_workers_then_restores_them() {
-        // CAP_SYS_NICE.
-        flightrec_tests::require_root("guard_raises_this_thread_and_the_rayon_workers");
-        let _turn = RAYON_POLICY.lock().unwrap_or_else(|p| p.into_inner());
-        let workers = || rayon::broadcast(|_| current_thread_policy().unwrap());
-        let before = workers();
-        assert!(before.iter().all(|&p| p == libc::SCHED_OTHER), "{before:?}");
-        {
-            let guard = RealtimeDump::enter(1);
-            assert!(guard.is_raised());
-            // SCHED_RESET_ON_FORK is reported as part of the policy.
-            let fifo = |p: i32| p & !libc::SCHED_RESET_ON_FORK == libc::SCHED_FIFO;
-            assert!(fifo(current_thread_policy().unwrap()));
-            let during = workers();
-            assert!(during.iter().all(|&p| fifo(p)), "{during:?}");
-        }
-        assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
-        let after = workers();
-        assert!(after.iter().all(|&p| p == libc::SCHED_OTHER), "{after:?}");
+    fn fifo(p: i32) -> bool {
+        p & !libc::SCHED_RESET_ON_FORK == libc::SCHED_FIFO
     }
 
     #[test]
     #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-    fn a_guard_on_a_realtime_thread_leaves_it_realtime() {
-        flightrec_tests::require_root("a_guard_on_a_realtime_thread_leaves_it_realtime");
-        let _turn = RAYON_POLICY.lock().unwrap_or_else(|p| p.into_inner());
+    fn freeze_workers_are_realtime_and_nothing_else_is() {
+        // CAP_SYS_NICE.
+        flightrec_tests::require_root("freeze_workers_are_realtime_and_nothing_else_is");
+        pin_freeze_workers(1);
+        let freezers = freeze_pool().broadcast(|_| current_thread_policy().unwrap());
+        assert!(freezers.iter().all(|&p| fifo(p)), "{freezers:?}");
+        let global = rayon::broadcast(|_| current_thread_policy().unwrap());
+        assert!(global.iter().all(|&p| p == libc::SCHED_OTHER), "{global:?}");
+        let background = background_pool().broadcast(|_| {
+            (
+                current_thread_policy().unwrap(),
+                current_thread_nice().unwrap(),
+            )
+        });
+        assert!(
+            background
+                .iter()
+                .all(|&(p, n)| p == libc::SCHED_OTHER && n == BACKGROUND_NICE),
+            "{background:?}"
+        );
+        pin_freeze_workers(0);
+        let freezers = freeze_pool().broadcast(|_| current_thread_policy().unwrap());
+        assert!(
+            freezers.iter().all(|&p| p == libc::SCHED_OTHER),
+            "{freezers:?}"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+    fn a_realtime_thread_runs_normal_under_the_guard_and_realtime_after() {
+        flightrec_tests::require_root("a_realtime_thread_runs_normal_under_the_guard");
         std::thread::spawn(|| {
-            let fifo = |p: i32| p & !libc::SCHED_RESET_ON_FORK == libc::SCHED_FIFO;
             assert!(run_realtime(2));
             assert!(fifo(current_thread_policy().unwrap()));
-            drop(RealtimeDump::enter(1));
+            {
+                let _normal = NormalPriority::enter();
+                assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
+            }
             assert!(fifo(current_thread_policy().unwrap()));
             assert_eq!(current_thread_param().unwrap().1, 2);
             assert!(!run_realtime(0));
             assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
+            // A normal thread stays normal.
+            drop(NormalPriority::enter());
+            assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
         })
         .join()
         .unwrap();
-    }
-
-    #[test]
-    fn priority_zero_changes_nothing() {
-        let guard = RealtimeDump::enter(0);
-        assert!(!guard.is_raised());
-        assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
     }
 }

@@ -366,11 +366,13 @@ impl Recorder {
         hook: &(dyn Fn(u32) + Sync),
     ) -> Result<Capture, CaptureError> {
         let _one_at_a_time = lock(&self.capture_lock);
-        let results: Vec<Result<CpuCapture, PerfError>> = self
-            .rings
-            .par_iter()
-            .map(|cpu| capture_cpu(cpu, &self.layouts, hook))
-            .collect();
+        let results: Vec<Result<CpuCapture, PerfError>> = crate::perf::sched::freeze_pool()
+            .install(|| {
+                self.rings
+                    .par_iter()
+                    .map(|cpu| capture_cpu(cpu, &self.layouts, hook))
+                    .collect()
+            });
         let cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
         let window_start_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
 

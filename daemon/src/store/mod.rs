@@ -259,12 +259,17 @@ impl Store {
             if !(snapshot || sidecar) {
                 continue;
             }
+            if self.own_entry(&file).is_none() {
+                continue;
+            }
+            // Opened without following a link: the entry checked above may
+            // have been replaced since.
             let path = self.dir.join(&file);
             match flightrec_files::open_regular(&path, flightrec_files::Links::Refuse) {
                 Ok((f, md)) if md.uid() == own_uid() => give_to_group(&f, &path, gid),
                 Ok((_, md)) => self.report_skipped(&file, &md),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => self.report_unusable(&file, &e),
+                Err(e) => self.report(&file, &e.to_string()),
             }
         }
         Ok(())
@@ -301,10 +306,6 @@ impl Store {
             flightrec_files::untrusted::kind(md).to_string()
         };
         self.report(name, &what);
-    }
-
-    fn report_unusable(&self, name: &str, e: &io::Error) {
-        self.report(name, &e.to_string());
     }
 
     fn report(&self, name: &str, what: &str) {
