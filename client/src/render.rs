@@ -424,14 +424,18 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         out.push(format!("triggers: {line}"));
     }
     if let Some(f) = &r.fleet {
-        out.push(format!(
+        let mut line = format!(
             "fleet: {} as {} via {}; {} requests, {} dumps",
             f.state,
             f.host,
             f.servers.join(", "),
             f.requests,
             f.dumps
-        ));
+        );
+        if f.bad_requests > 0 {
+            line.push_str(&format!(", {} malformed requests refused", f.bad_requests));
+        }
+        out.push(line);
         if !f.last_error.is_empty() {
             out.push(format!(
                 "fleet last error ({}): {}",
@@ -472,6 +476,7 @@ fn fleet_status_json(f: Option<&pb::FleetStatus>) -> Value {
             "last_error": f.last_error,
             "last_error_unix_ns": f.last_error_unix_ns,
             "requests": f.requests,
+            "bad_requests": f.bad_requests,
             "dumps": f.dumps,
             "bucket": f.bucket,
             "upload_destinations": f.upload_destinations,
@@ -770,6 +775,7 @@ mod tests {
             upload_failures: 7,
             last_upload_error: "cannot upload flightrec/h/x.perf.data: timed out".into(),
             last_upload_unix_ns: 0,
+            bad_requests: 0,
         });
         let human = status(&reply, false);
         assert!(
@@ -786,7 +792,16 @@ mod tests {
             ),
             "{human}"
         );
+        if let Some(f) = reply.fleet.as_mut() {
+            f.bad_requests = 641;
+        }
+        assert!(
+            status(&reply, false).contains("2 requests, 1 dumps, 641 malformed requests refused"),
+            "{}",
+            status(&reply, false)
+        );
         let v: Value = serde_json::from_str(&status(&reply, true)).unwrap();
+        assert_eq!(v["fleet"]["bad_requests"], 641);
         assert_eq!(v["fleet"]["state"], "connecting");
         assert_eq!(
             v["fleet"]["last_error"],

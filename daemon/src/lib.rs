@@ -8,7 +8,8 @@
 //! [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
 //! the signal thread) → [`control`] (state and the one dispatcher) →
 //! [`api`] (gRPC) → [`daemon`] (start-up and shutdown). [`abi`] holds the
-//! kernel's perf ABI as plain data, shared by all of them.
+//! kernel's perf ABI as plain data, shared by all of them, and
+//! [`log_limit`] the rate limit of the warnings clients can provoke.
 
 #![deny(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod api;
 pub mod control;
 pub mod daemon;
 pub mod fleet;
+pub mod log_limit;
 pub mod perf;
 pub mod recorder;
 pub mod ring;

@@ -412,3 +412,102 @@ fn requests_beyond_the_waiting_limit_are_answered_busy() {
     assert_eq!(d.list().len(), 1);
     assert_eq!(d.json(&["status"])["fleet"]["dumps"], 16);
 }
+
+/// VmRSS and VmHWM of `pid`, in bytes.
+fn rss_and_peak(pid: i32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing"))
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_flood_of_huge_malformed_requests_costs_a_few_log_lines_and_no_memory() {
+    require_root("a_flood_of_huge_malformed_requests_costs_a_few_log_lines_and_no_memory");
+    const REQUESTS: u64 = 6000;
+    const MIB: u64 = 1 << 20;
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let daemons = start_connected(vec![(
+        "host-a",
+        fleet_section(&url, "host-a", "role = \"db\"", ""),
+    )]);
+    let d = &daemons[0].1;
+    let pid = d.pid();
+    // A JSON string of 60,000 characters: serde quotes it whole in its
+    // error, which 5595349 logged whole.
+    let payload = format!("\"{}\"", "a".repeat(60_000));
+    let log_before = d.log_text().len();
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    let (rss_before, _) = rss_and_peak(pid);
+    let sent = Instant::now();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = async_nats::connect(&url).await.expect("connect to nats");
+            for _ in 0..REQUESTS {
+                client
+                    .publish("flightrec.dump", payload.clone().into())
+                    .await
+                    .expect("publish");
+            }
+            client.flush().await.expect("flush");
+        });
+    // The witness that the flood is behind the daemon: a real request sent
+    // after it is answered (it may be dropped with the flood's excess: the
+    // daemon holds a few requests, not all of them; ask again then).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (out, v) = snapctl_fleet_json(&url, &["dump", "--wait", "10s", "--expect", "host-a"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never answered again: {v}"
+        );
+    }
+    let took = sent.elapsed();
+    let fleet = d.json(&["status"])["fleet"].clone();
+    assert!(
+        fleet["bad_requests"].as_u64().unwrap() >= 16,
+        "the flood did not reach the daemon: {fleet}"
+    );
+    let (rss_after, peak) = rss_and_peak(pid);
+    let log = d.log_text();
+    let grown = log.len() - log_before;
+    let lines = log[log_before..]
+        .lines()
+        .filter(|l| l.contains("fleet: bad request"))
+        .collect::<Vec<_>>();
+    eprintln!(
+        "{REQUESTS} requests of {} bytes in {took:?}: log +{grown} bytes ({} warnings), RSS {} -> \
+         {} MiB, peak {} MiB; {fleet}",
+        payload.len(),
+        lines.len(),
+        rss_before / MIB,
+        rss_after / MIB,
+        peak / MIB
+    );
+    assert!(lines.len() <= 2, "{lines:#?}");
+    assert!(
+        lines[0].contains("not valid JSON of a fleet dump") && lines[0].len() < 400,
+        "{}",
+        lines[0]
+    );
+    assert!(grown < 16 << 10, "the log grew by {grown} bytes");
+    assert!(
+        peak.saturating_sub(rss_before) < 32 * MIB,
+        "RSS peaked {} MiB above its start",
+        (peak - rss_before) / MIB
+    );
+}

@@ -331,39 +331,6 @@ impl AsyncWrite for ApiConnection {
     }
 }
 
-/// A warning logged once, then again only after `every`, with how many
-/// were held back meanwhile: fd exhaustion must not flood the journal.
-pub struct RateLimitedWarning {
-    every: Duration,
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl RateLimitedWarning {
-    pub fn new(every: Duration) -> Self {
-        RateLimitedWarning {
-            every,
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(suppressed since the last one)` when the warning should be
-    /// logged now.
-    pub fn check(&self, now: Instant) -> Option<u64> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match s.0 {
-            Some(last) if now.duration_since(last) < self.every => {
-                s.1 += 1;
-                None
-            }
-            _ => {
-                let suppressed = s.1;
-                *s = (Some(now), 0);
-                Some(suppressed)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,17 +350,6 @@ mod tests {
         assert_eq!(expired(1_000, 0, 1_000 + 5_001), Some(Closed::Handshake));
         assert_eq!(expired(1_000, 2_000, 2_000 + 300_000), None);
         assert_eq!(expired(1_000, 2_000, 2_000 + 300_001), Some(Closed::Idle));
-    }
-
-    #[test]
-    fn a_rate_limited_warning_counts_what_it_held_back() {
-        let w = RateLimitedWarning::new(Duration::from_secs(60));
-        let t = Instant::now();
-        assert_eq!(w.check(t), Some(0));
-        for i in 1..=10 {
-            assert_eq!(w.check(t + Duration::from_millis(100 * i)), None);
-        }
-        assert_eq!(w.check(t + Duration::from_secs(61)), Some(10));
     }
 
     #[tokio::test]

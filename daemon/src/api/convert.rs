@@ -159,6 +159,7 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             last_error: f.last_error,
             last_error_unix_ns: f.last_error_unix_ns,
             requests: f.requests,
+            bad_requests: f.bad_requests,
             dumps: f.dumps,
             upload_destinations: f.upload_destinations,
             uploads_pending: f.uploads_pending,

@@ -14,6 +14,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::log_limit::RateLimitedWarning;
+
 use super::convert::{
     dump_reply, snapshot_pb, snapshots_pb, status_of, status_reply, watch_event_pb,
 };
@@ -202,7 +204,8 @@ impl FlightRecorder for Api {
                 let item = match event {
                     Ok(e) => Ok(watch_event_pb(e)),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!("a watch client fell behind by {n} events");
+                        static BEHIND: RateLimitedWarning = RateLimitedWarning::per_minute();
+                        BEHIND.warn(|| format!("a watch client fell behind by {n} events"));
                         continue;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,

@@ -21,7 +21,9 @@ use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use connections::{ApiConnection, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, RateLimitedWarning};
+use connections::{ApiConnection, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+
+use crate::log_limit::RateLimitedWarning;
 pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_limit};
 use handlers::Api;
 use peer::{authorize, check_peer, current_group};
@@ -46,8 +48,9 @@ pub async fn serve(
     let admission = state.clone();
     let registry = connections.clone();
     tokio::spawn(async move {
-        let fd_warning = RateLimitedWarning::new(Duration::from_secs(60));
-        let cap_warning = RateLimitedWarning::new(Duration::from_secs(60));
+        let fd_warning = RateLimitedWarning::per_minute();
+        let cap_warning = RateLimitedWarning::per_minute();
+        let refused_warning = RateLimitedWarning::per_minute();
         let mut failures: Option<u64> = None;
         loop {
             let accepted = tokio::select! {
@@ -77,12 +80,14 @@ pub async fn serve(
             let peer = match Peer::of(&stream) {
                 Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!("connection refused: cannot read the peer's credentials: {e}");
+                    refused_warning.warn(|| {
+                        format!("connection refused: cannot read the peer's credentials: {e}")
+                    });
                     continue;
                 }
             };
             if let Err(why) = check_peer(&peer, current_group(&admission)) {
-                tracing::warn!("connection refused: {why}");
+                refused_warning.warn(|| format!("connection refused: {why}"));
                 continue;
             }
             let (conn, evicted) = registry.admit(stream, peer);

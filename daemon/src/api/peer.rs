@@ -8,6 +8,7 @@ use tonic::{Request, Status};
 
 pub use super::connections::Peer;
 use crate::control::State;
+use crate::log_limit::RateLimitedWarning;
 
 /// Supplementary groups from a `/proc/<pid>/status` text (`Groups:` line).
 pub fn parse_groups(status: &str) -> Vec<u32> {
@@ -83,8 +84,9 @@ pub fn authorize(state: &State, request: Request<()>) -> Result<Request<()>, Sta
             "the connection carries no peer credentials",
         ));
     };
+    static REFUSED: RateLimitedWarning = RateLimitedWarning::per_minute();
     check_peer(peer, current_group(state)).map_err(|why| {
-        tracing::warn!("request refused: {why}");
+        REFUSED.warn(|| format!("request refused: {why}"));
         Status::permission_denied(format!(
             "{why} (access revoked since the connection opened?)"
         ))

@@ -310,7 +310,7 @@ impl State {
             return Err(CommandError::ShuttingDown);
         }
         tracing::debug!(
-            label = label.as_deref().unwrap_or(""),
+            label = %crate::log_limit::cut(label.as_deref().unwrap_or("")),
             "dump requested over the API"
         );
         // `compress: false` asks for nothing: [snapshot] compression applies.

@@ -26,6 +26,7 @@ use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
 
 use crate::control::{self, State};
+use crate::log_limit::{RateLimitedWarning, cut};
 use crate::store::{unix_ns, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
 pub use request::{FleetReply, FleetRequest};
@@ -36,6 +37,12 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// answered "busy" at once, so a flood of requests cannot pile up tasks
 /// (those waiting share one dump anyway).
 pub const MAX_WAITING_REQUESTS: usize = 16;
+
+/// Messages a subscription holds before the client drops more (a "slow
+/// consumer"): the memory a flood of requests can take is this many
+/// payloads, not the 64Ki messages async-nats holds by default (measured:
+/// 6,000 requests of 60 KB grew a debug daemon by 300 MiB).
+pub const SUBSCRIPTION_CAPACITY: usize = 16;
 
 /// The fleet connection as `Status` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,6 +57,8 @@ pub struct FleetReport {
     pub last_error_unix_ns: i64,
     /// Dump requests this host was selected by.
     pub requests: u64,
+    /// Requests refused as malformed.
+    pub bad_requests: u64,
     /// Replies sent with a snapshot.
     pub dumps: u64,
     pub bucket: String,
@@ -183,10 +192,14 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
     loop {
         tokio::select! {
             message = requests.next() => match message {
-                Some(m) => {
-                    let served = fleet_state.clone();
-                    tokio::spawn(async move { served.answer(m).await });
-                }
+                Some(m) => match FleetRequest::parse(&m.payload) {
+                    // Answered here: a flood of bad requests spawns nothing.
+                    Err(e) => fleet_state.refuse(m, e).await,
+                    Ok(r) => {
+                        let served = fleet_state.clone();
+                        tokio::spawn(async move { served.answer(m, r).await });
+                    }
+                },
                 None => break,
             },
             () = control::stopped(&mut stop) => break,
@@ -207,16 +220,26 @@ struct Served {
 }
 
 impl Served {
-    async fn answer(&self, message: Message) {
-        let reply = match FleetRequest::parse(&message.payload) {
-            Err(e) => {
-                tracing::warn!(subject = %message.subject, "fleet: bad request: {e}");
-                Some(FleetReply::error(&self.host, e))
-            }
-            Ok(r) if !r.selects(&self.host, &self.labels) => None,
-            Ok(r) => Some(self.dump(r).await),
-        };
-        let (Some(reply), Some(to)) = (reply, message.reply) else {
+    /// Refuses a malformed request: a rate-limited warning and an error
+    /// reply, both naming what was wrong in a few words.
+    async fn refuse(&self, message: Message, error: String) {
+        static BAD: RateLimitedWarning = RateLimitedWarning::per_minute();
+        self.state.fleet.update(|s| s.bad_requests += 1);
+        BAD.warn(|| format!("fleet: bad request on {}: {error}", cut(&message.subject)));
+        self.reply(message.reply, FleetReply::error(&self.host, error))
+            .await;
+    }
+
+    async fn answer(&self, message: Message, request: FleetRequest) {
+        if !request.selects(&self.host, &self.labels) {
+            return;
+        }
+        let reply = self.dump(request).await;
+        self.reply(message.reply, reply).await;
+    }
+
+    async fn reply(&self, to: Option<async_nats::Subject>, reply: FleetReply) {
+        let Some(to) = to else {
             return;
         };
         if let Err(e) = self.client.publish(to, reply.to_json().into()).await {
@@ -301,6 +324,7 @@ async fn connect(
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
+        .subscription_capacity(SUBSCRIPTION_CAPACITY)
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis(250u64.saturating_mul(attempts as u64)).min(MAX_RETRY_DELAY)
         });
@@ -374,6 +398,15 @@ fn on_event(status: &FleetStatus, servers: &str, event: NatsEvent) {
             status.set_error(describe_connect_error(servers, &e.to_string()))
         }
         NatsEvent::Closed => status.set_state("disconnected"),
+        NatsEvent::SlowConsumer(_) => {
+            static DROPPED: RateLimitedWarning = RateLimitedWarning::per_minute();
+            DROPPED.warn(|| {
+                format!(
+                    "fleet: requests arrive faster than they are read; more than \
+                     {SUBSCRIPTION_CAPACITY} waiting were dropped"
+                )
+            });
+        }
         other => tracing::debug!("fleet: {other}"),
     }
 }

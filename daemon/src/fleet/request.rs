@@ -40,8 +40,13 @@ impl FleetRequest {
         if payload.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self::default());
         }
-        let request: Self = serde_json::from_slice(payload)
-            .map_err(|e| format!("the request is not valid JSON of a fleet dump: {e}"))?;
+        // serde quotes the offending value: cut it, whatever its size.
+        let request: Self = serde_json::from_slice(payload).map_err(|e| {
+            format!(
+                "the request is not valid JSON of a fleet dump: {}",
+                crate::log_limit::cut(&e.to_string())
+            )
+        })?;
         if request.label.as_deref() == Some("") {
             return Err("label \"\" is empty: leave it out for no label".into());
         }

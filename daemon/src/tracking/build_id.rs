@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use flightrec_files::{Links, open_regular};
 
 use crate::abi::{misc, record_type};
+use crate::log_limit::RateLimitedWarning;
 
 use super::state::{BuildId, MapState};
 
@@ -219,12 +220,15 @@ impl BuildIds {
             let Some(file) = state.reading.get(&n).map(|r| r.file.clone()) else {
                 continue;
             };
-            tracing::warn!(
-                path = %flightrec_config::quoted(&file.path),
-                "reading the build-id of a mapped file took more than {}s; given up (its \
-                 records go without one)",
-                READ_DEADLINE.as_secs()
-            );
+            static GIVEN_UP: RateLimitedWarning = RateLimitedWarning::per_minute();
+            GIVEN_UP.warn(|| {
+                format!(
+                    "reading the build-id of {} took more than {}s; given up (its records go \
+                     without one)",
+                    flightrec_config::quoted(&file.path),
+                    READ_DEADLINE.as_secs()
+                )
+            });
             state.abandoned.insert(n);
             state.stats.timed_out += 1;
             remember(&mut state, file, None);
