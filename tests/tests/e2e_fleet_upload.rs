@@ -515,3 +515,109 @@ fn a_snapshot_that_cannot_be_read_does_not_hold_the_queue() {
     find_in(&objects, "host-a", &second);
     std::fs::remove_dir(path).unwrap();
 }
+
+/// Each snapshot is compressed as soon as it is written, while its upload
+/// may be under way: whichever file the S3 object ends up holding, its
+/// metadata (digest, size, compression) must be that file's. (The exact
+/// race, a file replaced between the digest pass and the send, is
+/// reproduced deterministically in e2e_s3.)
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn an_s3_object_holds_the_bytes_its_digest_names_even_when_a_compress_races_the_upload() {
+    use object_store::ObjectStoreExt;
+    require_root("an_s3_object_holds_the_bytes_its_digest_names");
+    const ROUNDS: u64 = 4;
+    let Some(s3) = flightrec_tests::S3Server::start("an_s3_object_holds_the_bytes_its_digest")
+    else {
+        return;
+    };
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("s3.env");
+    std::fs::write(
+        &credentials,
+        format!(
+            "AWS_ACCESS_KEY_ID={}\nAWS_SECRET_ACCESS_KEY={}\n",
+            s3.access_key, s3.secret_key
+        ),
+    )
+    .unwrap();
+    let s3_line = format!(
+        "s3 = {{ url = \"s3://{}/fleet\", endpoint = \"{}\", region = \"us-east-1\", \
+         credentials_file = \"{}\" }}",
+        s3.bucket,
+        s3.endpoint,
+        credentials.display()
+    );
+    let text = flightrec_tests::test_config(
+        dir.path(),
+        &fleet_section(&url, "host-a", "role = \"db\"", &s3_line),
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    connected(&d);
+    let _load = flightrec_tests::Load::start();
+    let mut ids = Vec::new();
+    for round in 1..=ROUNDS {
+        let id = d.json(&["dump"])["id"].as_str().unwrap().to_string();
+        // At once: the upload of the plain file is under way.
+        let out = d.snapctl(&["compress", &id, "--level", "3"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        uploaded(&d, 2 * round, Duration::from_secs(60));
+        ids.push(id);
+    }
+    let reader = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(&s3.bucket)
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(&s3.access_key)
+        .with_secret_access_key(&s3.secret_key)
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut compressed_objects = 0;
+    for id in &ids {
+        let key = format!("fleet/host-a/{id}.perf.data");
+        let got = runtime
+            .block_on(reader.get(&object_store::path::Path::from(key.as_str())))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let meta = |name: &str| -> String {
+            got.attributes
+                .get(&object_store::Attribute::Metadata(name.to_string().into()))
+                .map(|v| flightrecd::fleet::s3::decode_metadata_value(v.as_ref()))
+                .unwrap_or_else(|| panic!("{key}: no {name}"))
+        };
+        let (digest, bytes, compressed) = (
+            meta("flightrec-digest"),
+            meta("flightrec-bytes"),
+            meta("flightrec-compressed"),
+        );
+        let body = runtime.block_on(got.bytes()).unwrap();
+        let stored = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(stored.path(), &body).unwrap();
+        let mut f = std::fs::File::open(stored.path()).unwrap();
+        assert_eq!(
+            flightrecd::fleet::jetstream::digest_of(&mut f).unwrap(),
+            digest,
+            "{key}: the bytes are not the ones its digest names"
+        );
+        assert_eq!(bytes, body.len().to_string(), "{key}");
+        let is_compressed = flightrecd::store::header_says_compressed(&body[..0x50]);
+        assert_eq!(compressed, is_compressed.to_string(), "{key}");
+        compressed_objects += usize::from(is_compressed);
+    }
+    let refused = d.log_text().matches("it changed while being sent").count();
+    eprintln!(
+        "{ROUNDS} snapshots compressed while uploading: {compressed_objects} went to S3 \
+         compressed, all with their own digest; {refused} S3 uploads caught the race and were \
+         sent again"
+    );
+}

@@ -99,6 +99,16 @@ fn headers(id: &str, bytes: u64) -> ObjectHeaders {
     }
 }
 
+/// `headers` with the digest of `file`'s bytes: the destination sends
+/// nothing whose bytes are not the ones the digest names.
+fn digest_of(headers: ObjectHeaders, file: &Path) -> ObjectHeaders {
+    let mut f = std::fs::File::open(file).unwrap();
+    ObjectHeaders {
+        digest: flightrecd::fleet::jetstream::digest_of(&mut f).unwrap(),
+        ..headers
+    }
+}
+
 /// The objects under `prefix/` (one level).
 async fn keys_under(store: &AmazonS3, prefix: &str) -> Vec<String> {
     store
@@ -178,7 +188,10 @@ async fn a_snapshot_uploads_under_its_key_with_every_header_as_metadata() {
     let file = work.path().join("snapshot.perf.data");
     let size = 3 * MIB + 123;
     write_file(&file, size, 1);
-    let headers = headers("box-20261123T180000Z-000007-incident", size as u64);
+    let headers = digest_of(
+        headers("box-20261123T180000Z-000007-incident", size as u64),
+        &file,
+    );
 
     assert_eq!(destination.upload(&file, &headers).await, Ok(true));
 
@@ -261,15 +274,19 @@ async fn a_second_upload_of_the_same_snapshot_does_nothing() {
     assert_same_bytes(&store, &key, &file).await;
 
     // Same size, both digests known: they decide.
-    let with_digest = |digest: &str| ObjectHeaders {
-        id: "box-digest".into(),
-        digest: digest.into(),
-        ..headers.clone()
+    let with_digest_of = |seed: u64| {
+        write_file(&file, size, seed);
+        digest_of(
+            ObjectHeaders {
+                id: "box-digest".into(),
+                ..headers.clone()
+            },
+            &file,
+        )
     };
-    let a = with_digest("SHA-256=AAAA");
-    let b = with_digest("SHA-256=BBBB");
+    let b = with_digest_of(6);
+    let a = with_digest_of(5);
     let key = destination.key(&a);
-    write_file(&file, size, 5);
     assert_eq!(destination.upload(&file, &a).await, Ok(true));
     std::fs::copy(&file, &uploaded).unwrap();
     write_file(&file, size, 6);
@@ -294,7 +311,7 @@ async fn wrong_credentials_give_a_clear_error_and_upload_nothing() {
     let work = tempfile::tempdir().unwrap();
     let file = work.path().join("snapshot.perf.data");
     write_file(&file, MIB, 5);
-    let headers = headers("box-2", MIB as u64);
+    let headers = digest_of(headers("box-2", MIB as u64), &file);
     let wrong_secret = S3Credentials {
         secret_access_key: "not-the-secret".into(),
         ..credentials(&server)
@@ -401,7 +418,7 @@ async fn a_big_snapshot_uploads_in_parts_with_bounded_memory() {
     let file = work.path().join("big.perf.data");
     let size = 64 * MIB;
     write_file(&file, size, 7);
-    let headers = headers("box-big", size as u64);
+    let headers = digest_of(headers("box-big", size as u64), &file);
 
     // Peak memory of this process during the upload, from the resident
     // set before it ("5" resets VmHWM to the current RSS).
@@ -443,4 +460,31 @@ async fn a_big_snapshot_uploads_in_parts_with_bounded_memory() {
     );
     assert_same_bytes(&store, &key, &file).await;
     assert_eq!(destination.upload(&file, &headers).await, Ok(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_the_digested_ones_are_never_stored() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let Some(server) = S3Server::start("bytes_that_are_not_the_digested_ones") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let destination = destination_of(&server);
+    let store = reader(&server);
+    // A snapshot digested, then replaced under the same name (as a
+    // compression renames its result over it): small (one PUT) and big (in
+    // parts).
+    for (size, id) in [(MIB, "box-small"), (20 * MIB, "box-parts")] {
+        let file = work.path().join(format!("{id}.perf.data"));
+        write_file(&file, size, 10);
+        let headers = digest_of(headers(id, size as u64), &file);
+        write_file(&file, size, 12);
+        let e = destination.upload(&file, &headers).await.unwrap_err();
+        assert!(e.contains("it changed while being sent"), "{e}");
+        assert_eq!(
+            keys_under(&store, "fleet/host-a").await,
+            Vec::<String>::new(),
+            "{id}: an object was stored"
+        );
+    }
 }

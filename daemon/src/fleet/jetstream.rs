@@ -113,7 +113,7 @@ impl JetStreamDestination {
 /// `SHA-256=<base64url>` of what `file` holds from its start, as the
 /// JetStream object store writes its digest; the file is left at its start.
 pub fn digest_of(file: &mut std::fs::File) -> std::io::Result<String> {
-    let mut sha = Sha256::new();
+    let mut digest = ObjectDigest::default();
     let mut buf = vec![0u8; 1 << 20];
     file.rewind()?;
     loop {
@@ -121,18 +121,51 @@ pub fn digest_of(file: &mut std::fs::File) -> std::io::Result<String> {
         if n == 0 {
             break;
         }
-        sha.update(&buf[..n]);
+        digest.update(&buf[..n]);
     }
     file.rewind()?;
-    Ok(format!("SHA-256={}", URL_SAFE.encode(sha.finalize())))
+    Ok(digest.finish())
 }
 
-/// Opens a snapshot and reads its digest (blocking: call off the async
-/// workers).
-pub fn open_with_digest(path: &Path) -> std::io::Result<(std::fs::File, String)> {
-    let mut file = std::fs::File::open(path)?;
+/// A digest as the JetStream object store writes it, of bytes fed in
+/// pieces (what an upload sends, as it sends it).
+#[derive(Default)]
+pub struct ObjectDigest(Sha256);
+
+impl ObjectDigest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// `SHA-256=<base64url>`.
+    pub fn finish(self) -> String {
+        format!("SHA-256={}", URL_SAFE.encode(self.0.finalize()))
+    }
+}
+
+/// A snapshot opened for an upload: one descriptor, and what its bytes
+/// are, all read from it (a compression that replaces the file meanwhile
+/// changes nothing of this one).
+pub struct OpenedSnapshot {
+    pub file: std::fs::File,
+    pub digest: String,
+    pub bytes: u64,
+    pub compressed: bool,
+}
+
+/// Opens a snapshot (a regular file, not followed as a link) and reads its
+/// size, digest and header (blocking: call off the async workers).
+pub fn open_with_digest(path: &Path) -> std::io::Result<OpenedSnapshot> {
+    use flightrec_files::{Links, open_regular, untrusted::read_at_most};
+    let (mut file, md) = open_regular(path, Links::Refuse)?;
     let digest = digest_of(&mut file)?;
-    Ok((file, digest))
+    let header = read_at_most(&file, 0, md.len().min(0x50), 0x50)?;
+    Ok(OpenedSnapshot {
+        file,
+        digest,
+        bytes: md.len(),
+        compressed: crate::store::header_says_compressed(&header),
+    })
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use object_store::{
 };
 use tokio::io::AsyncReadExt;
 
+use super::jetstream::ObjectDigest;
 use super::object::ObjectHeaders;
 
 /// Files up to this size go in one PUT; bigger ones in parts of this size
@@ -360,6 +361,12 @@ impl S3Destination {
     /// uploaded. When both the object and `headers` have a digest, they must
     /// match too. Memory stays bounded (see [`PART_SIZE`]).
     ///
+    /// The bytes sent are digested as they are sent: unless they are the
+    /// ones `headers.digest` names (the file was replaced since the digest
+    /// was taken, by a compression), the upload is abandoned before S3
+    /// makes it an object, and retried with the file as it is then. After
+    /// the put, the object's size and metadata are read back and checked.
+    ///
     /// An upload dropped half-way (shutdown) may leave parts of a multipart
     /// upload on the server, never an object; S3 drops them by a lifecycle
     /// rule (AbortIncompleteMultipartUpload).
@@ -386,9 +393,25 @@ impl S3Destination {
                  (fleet.labels are {labels} of them: shorten them)"
             )));
         }
-        let local = |e: std::io::Error| fail(format!("{}: {e}", path.display()));
-        let mut file = tokio::fs::File::open(path).await.map_err(local)?;
-        let size = file.metadata().await.map_err(local)?.len();
+        let shown = path.display().to_string();
+        let local = |e: std::io::Error| fail(format!("{shown}: {e}"));
+        let (file, md) =
+            flightrec_files::open_regular(path, flightrec_files::Links::Refuse).map_err(local)?;
+        let mut file = tokio::fs::File::from_std(file);
+        let size = md.len();
+        let mut digest = ObjectDigest::default();
+        let check_digest = |digest: ObjectDigest| {
+            let sent = digest.finish();
+            (headers.digest.is_empty() || sent == headers.digest)
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "the bytes read have digest {sent}, the snapshot {}: it changed while \
+                         being sent",
+                        headers.digest
+                    )
+                })
+        };
         let head = GetOptions {
             head: true,
             ..GetOptions::default()
@@ -417,6 +440,8 @@ impl S3Destination {
                 .await
                 .map_err(local)?;
             check_size(body.len() as u64, size).map_err(fail)?;
+            digest.update(&body);
+            check_digest(digest).map_err(fail)?;
             let options = PutOptions {
                 attributes,
                 ..PutOptions::default()
@@ -425,7 +450,7 @@ impl S3Destination {
                 .put_opts(&location, PutPayload::from(body), options)
                 .await
                 .map_err(|e| fail(cause(&e, true)))?;
-            return Ok(true);
+            return self.verify(&location, size, headers).await.map_err(fail);
         }
         let options = PutMultipartOptions {
             attributes,
@@ -441,13 +466,18 @@ impl S3Destination {
         let mut sent = 0u64;
         let failure = loop {
             let n = match file.read(&mut buffer).await {
-                Ok(0) => break check_size(sent, size).err(),
+                Ok(0) => {
+                    break check_size(sent, size)
+                        .and_then(|()| check_digest(std::mem::take(&mut digest)))
+                        .err();
+                }
                 Ok(n) => n,
-                Err(e) => break Some(format!("{}: {e}", path.display())),
+                Err(e) => break Some(format!("{shown}: {e}")),
             };
             if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
                 break Some(cause(&e, true));
             }
+            digest.update(&buffer[..n]);
             writer.write(&buffer[..n]);
             sent += n as u64;
         };
@@ -457,7 +487,36 @@ impl S3Destination {
             return Err(fail(why));
         }
         writer.finish().await.map_err(|e| fail(cause(&e, true)))?;
-        Ok(true)
+        self.verify(&location, size, headers).await.map_err(fail)
+    }
+
+    /// Reads back the object just put: its size and digest must be the
+    /// snapshot's (the upload is retried otherwise).
+    async fn verify(
+        &self,
+        location: &ObjectPath,
+        size: u64,
+        headers: &ObjectHeaders,
+    ) -> Result<bool, String> {
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        match self.store.get_opts(location, head).await {
+            Ok(o) if o.meta.size != size => Err(format!(
+                "the stored object has {} bytes, the snapshot {size}",
+                o.meta.size
+            )),
+            Ok(o) if !same_digest(&o.attributes, &headers.digest) => Err(format!(
+                "the stored object's digest is not the snapshot's ({})",
+                headers.digest
+            )),
+            Ok(_) => Ok(true),
+            // Upload-only credentials may not read it back: the PUT said
+            // it was stored.
+            Err(object_store::Error::PermissionDenied { .. }) => Ok(true),
+            Err(e) => Err(cause(&e, false)),
+        }
     }
 }
 

@@ -178,7 +178,7 @@ impl Uploader {
             tokio::task::spawn_blocking(move || jetstream::open_with_digest(&path))
                 .await
                 .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
-        let (file, digest) = match file_and_digest {
+        let read = match file_and_digest {
             Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Removed (by a user or retention) since it was listed.
@@ -186,12 +186,14 @@ impl Uploader {
             }
             Err(e) => return Err(format!("cannot read {}: {e}", snapshot.path.display())),
         };
-        // The file as opened: its size now, not when listed.
+        // The file as opened: its size and compression now, not when
+        // listed. JetStream is sent this descriptor; S3 reads the path
+        // again, and refuses bytes that are not the ones digested here.
         let mut snapshot = snapshot.clone();
-        if let Ok(md) = file.metadata() {
-            snapshot.bytes = md.len();
-        }
-        let headers = ObjectHeaders::of(&self.host, &self.labels, &snapshot, digest);
+        snapshot.bytes = read.bytes;
+        snapshot.compressed = read.compressed;
+        let file = read.file;
+        let headers = ObjectHeaders::of(&self.host, &self.labels, &snapshot, read.digest);
         let deadline = upload_deadline(snapshot.bytes);
         let (object, sent) = match destination {
             JETSTREAM => {
