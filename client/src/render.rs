@@ -270,7 +270,7 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         let cpus: Vec<Value> = r
             .cpus
             .iter()
-            .map(|c| json!({"cpu": c.cpu, "lost_samples": c.lost_samples, "lost_tracking": c.lost_tracking}))
+            .map(|c| json!({"cpu": c.cpu, "online": c.online, "lost_samples": c.lost_samples, "lost_tracking": c.lost_tracking}))
             .collect();
         return json!({
             "version": r.version,
@@ -357,6 +357,18 @@ pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
         })
         .collect();
     out.push(table(&["CPU", "LOST SAMPLES", "LOST TRACKING"], &rows));
+    let offline: Vec<String> = r
+        .cpus
+        .iter()
+        .filter(|c| !c.online)
+        .map(|c| c.cpu.to_string())
+        .collect();
+    if !offline.is_empty() && offline.len() < r.cpus.len() {
+        out.push(format!(
+            "offline (rings kept until they come back): CPU {}",
+            offline.join(", ")
+        ));
+    }
     out.push(format!(
         "tracking log: {} of {} used, {} records, {} evicted, {} lost, {} processes",
         human_bytes(tracking.log_used_bytes),

@@ -87,7 +87,8 @@ fn good_filters_and_software_events_open() {
         ..RecorderConfig::default()
     };
     let recorder = Recorder::start(&config).expect("recorder starts");
-    let names: Vec<&str> = recorder.events().iter().map(|e| e.name.as_str()).collect();
+    let events = recorder.events();
+    let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["sched:sched_switch", "cpu-clock", "cs", "dummy:HG"]);
     let ncpus = recorder.cpus().len();
     let mut ids: Vec<u64> = recorder
@@ -118,7 +119,7 @@ fn good_filters_and_software_events_open() {
                 .then(|| flightrecd::abi::get_u64(rec, 8))
         })
         .collect();
-    let clock_ids = &recorder.events()[1].ids;
+    let clock_ids = &events[1].ids;
     assert!(
         clock_ids.iter().any(|id| sample_ids.contains(id)),
         "cpu-clock samples share the rings"

@@ -105,6 +105,7 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             .iter()
             .map(|c| pb::CpuStatus {
                 cpu: c.cpu,
+                online: c.online,
                 lost_samples: c.lost_samples,
                 lost_tracking: c.lost_tracking_records,
             })

@@ -26,21 +26,21 @@
 //! backward walk over the log, and the process state at the window start
 //! from the newest checkpoint of the process table the log keeps before it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
+use super::rings::{CpuRing, RingOpener, Rings};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
 use crate::abi::layout::RecordLayouts;
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
-use crate::perf::sample_ring::SampleRing;
-use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingRing};
+use crate::perf::tracking_ring::TrackingRing;
 use crate::perf::{PerfError, data_pages_for, page_size};
 use crate::ring::Corruption;
 use crate::ring::backward::{copy_range, find_range_limited};
@@ -117,6 +117,9 @@ pub enum CaptureError {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuStatus {
     pub cpu: u32,
+    /// Recorded now; false for a CPU that went offline (its rings keep
+    /// what they recorded before, until it comes back).
+    pub online: bool,
     pub ring_bytes: u64,
     /// Samples dropped since start (only while a capture paused the ring).
     pub lost_samples: u64,
@@ -144,61 +147,38 @@ pub struct RecorderStatus {
     pub tracking_drain_failure: Option<String>,
 }
 
-/// One set of the sample events on a CPU, with its ring.
-struct RingSet {
-    ring: SampleRing,
-    /// `data_head` when the set was last enabled: the bytes from there to
-    /// the head are its current window; older ones are an earlier window's.
-    enabled_at_head: AtomicU64,
-}
-
-struct CpuRing {
-    /// One set, or two with the lossless freeze (the active one and the
-    /// standby).
-    sets: Vec<RingSet>,
-    /// Index in `sets` of the enabled set.
-    active: AtomicUsize,
-    /// The copy target, kept (and its pages touched) between captures so
-    /// the paused memcpy never page-faults.
-    scratch: Mutex<Vec<u8>>,
-    last_lost: AtomicU64,
-}
-
-impl CpuRing {
-    fn cpu(&self) -> u32 {
-        self.sets[0].ring.cpu()
-    }
-
-    fn data_size(&self) -> usize {
-        self.sets[0].ring.data_size()
-    }
-
-    /// Samples the kernel dropped on this CPU, over every set.
-    fn lost(&self) -> Result<u64, PerfError> {
-        self.sets
-            .iter()
-            .try_fold(0u64, |sum, set| Ok(sum.wrapping_add(set.ring.lost()?)))
-    }
-}
-
 /// Records continuously; [`Recorder::capture`] freezes and copies.
 pub struct Recorder {
     // Declared first: dropped (stopped and joined) before the rings close.
     drain: Option<DrainThread>,
-    rings: Vec<CpuRing>,
-    events: Vec<EventDescriptor>,
-    layouts: RecordLayouts,
-    tracking: Arc<Mutex<Tracking>>,
+    live: Arc<Live>,
     kernel_text: Option<u64>,
     /// Host facts and tracepoint formats, gathered once at start: a
     /// snapshot's writer then reads nothing from /sys or /proc.
     host: Arc<HostInfo>,
     event_info: Vec<EventInfo>,
-    capture_lock: Mutex<()>,
     captures: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// What the recorder shares with the drain thread, which follows CPU
+/// hotplug (see `hotplug`).
+pub(super) struct Live {
+    pub(super) rings: RwLock<Rings>,
+    pub(super) opener: RingOpener,
+    pub(super) tracking: Arc<Mutex<Tracking>>,
+    /// Held by a capture, and while the rings of a CPU are put in.
+    pub(super) capture_lock: Mutex<()>,
+    /// The CPUs online at the last look, ascending.
+    pub(super) online: Mutex<Vec<u32>>,
+}
+
+impl Live {
+    pub(super) fn rings(&self) -> std::sync::RwLockReadGuard<'_, Rings> {
+        self.rings.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -240,100 +220,61 @@ impl Recorder {
             source,
         })?;
 
-        let sets_per_cpu = if config.lossless_freeze { 2 } else { 1 };
-        let mut rings = Vec::with_capacity(cpus.len());
-        for &cpu in &cpus {
-            let sets = (0..sets_per_cpu)
-                .map(|_| {
-                    Ok(RingSet {
-                        ring: SampleRing::open(cpu, &resolved, sample_pages)?,
-                        enabled_at_head: AtomicU64::new(0),
-                    })
-                })
-                .collect::<Result<Vec<_>, PerfError>>()?;
-            let mut scratch = vec![0u8; sets[0].ring.data_size()];
-            // Write every page now (calloc'ed pages are mapped lazily).
-            for byte in scratch.iter_mut().step_by(page) {
-                *byte = std::hint::black_box(0);
-            }
-            rings.push(CpuRing {
-                sets,
-                active: AtomicUsize::new(0),
-                scratch: Mutex::new(scratch),
-                last_lost: AtomicU64::new(0),
-            });
-        }
-
-        let mut layouts = RecordLayouts::default();
-        let mut events = Vec::with_capacity(resolved.len() + 1);
-        for (i, event) in resolved.iter().enumerate() {
-            // Every CPU's first set, then every CPU's standby set: the
-            // first `cpus.len()` ids are one per CPU in CPU order.
-            let ids: Vec<u64> = (0..sets_per_cpu)
-                .flat_map(|set| rings.iter().map(move |r| r.sets[set].ring.ids()[i]))
-                .collect();
-            for &id in &ids {
-                layouts.insert(id, event.attr.sample_type);
-            }
-            events.push(EventDescriptor {
-                name: event.name.clone(),
-                attr: event.attr,
-                ids,
-                tracepoint: event.tracepoint(),
-            });
+        let opener = RingOpener {
+            events: resolved.clone(),
+            sample_pages,
+            tracking_pages,
+            sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
+        };
+        let cpu_rings = cpus
+            .iter()
+            .map(|&cpu| opener.samples(cpu))
+            .collect::<Result<Vec<_>, PerfError>>()?;
+        let rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
+        for ring in &rings.cpus {
+            ring.enable()?;
         }
         let tracking_attr = tracking_rings[0].attr();
-        for ring in &tracking_rings {
-            layouts.insert(ring.id(), tracking_attr.sample_type);
-        }
-        events.push(EventDescriptor {
-            name: TRACKING_EVENT_NAME.to_string(),
-            attr: tracking_attr,
-            ids: tracking_rings.iter().map(TrackingRing::id).collect(),
-            tracepoint: None,
-        });
-
-        for ring in &rings {
-            ring.sets[0].ring.enable()?;
-        }
+        let tracking_id = tracking_rings[0].id();
         let mut tracking = Tracking::new(tracking_rings, log);
         tracking.drain();
         let tracking = Arc::new(Mutex::new(tracking));
-        let drain = DrainThread::spawn(Arc::clone(&tracking)).map_err(CaptureError::DrainThread)?;
+        let live = Arc::new(Live {
+            rings: RwLock::new(rings),
+            opener,
+            tracking: Arc::clone(&tracking),
+            capture_lock: Mutex::new(()),
+            online: Mutex::new(cpus),
+        });
+        let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
+            .map_err(CaptureError::DrainThread)?;
         let kernel_text = std::fs::read_to_string("/proc/kallsyms")
             .ok()
             .and_then(|k| parse_kallsyms_text(&k));
         // Taken before /proc/modules is read: a module loaded after that
         // read gets a record dated no later than its load.
         let modules_read_ns = super::host::sample_clock_ns().unwrap_or(0);
-        let host = Arc::new(HostInfo::gather_for(&events)?);
+        let host = Arc::new(HostInfo::gather_for(&live.rings().events)?);
         lock(&tracking).watch_modules(ModuleWatch::new(
             &host.modules,
             modules_read_ns,
             tracking_attr,
-            events
-                .last()
-                .and_then(|e| e.ids.first())
-                .copied()
-                .unwrap_or(0),
+            tracking_id,
         ));
         Ok(Self {
             host,
             event_info: resolved.iter().map(event_info).collect(),
             drain: Some(drain),
-            rings,
-            events,
-            layouts,
-            tracking,
+            live,
             kernel_text,
-            capture_lock: Mutex::new(()),
             captures: AtomicU64::new(0),
         })
     }
 
-    /// Sample events (in config order), then the tracking event.
-    pub fn events(&self) -> &[EventDescriptor] {
-        &self.events
+    /// Sample events (in config order), then the tracking event, with the
+    /// ids of every ring opened so far.
+    pub fn events(&self) -> Vec<EventDescriptor> {
+        self.live.rings().events.clone()
     }
 
     /// The configured events as opened, for `Status`.
@@ -348,7 +289,7 @@ impl Recorder {
 
     /// The CPUs recorded, ascending.
     pub fn cpus(&self) -> Vec<u32> {
-        self.rings.iter().map(CpuRing::cpu).collect()
+        self.live.rings().cpus.iter().map(|r| r.cpu()).collect()
     }
 
     /// Freezes every CPU's sample ring (in parallel: switched to the
@@ -365,18 +306,20 @@ impl Recorder {
         &self,
         hook: &(dyn Fn(u32) + Sync),
     ) -> Result<Capture, CaptureError> {
-        let _one_at_a_time = lock(&self.capture_lock);
+        let _one_at_a_time = lock(&self.live.capture_lock);
+        let rings = self.live.rings();
         let results: Vec<Result<CpuCapture, PerfError>> = crate::perf::sched::freeze_pool()
             .install(|| {
-                self.rings
+                rings
+                    .cpus
                     .par_iter()
-                    .map(|cpu| capture_cpu(cpu, &self.layouts, hook))
+                    .map(|cpu| capture_cpu(cpu, &rings.layouts, hook))
                     .collect()
             });
         let cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
         let window_start_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
 
-        let mut tracking = lock(&self.tracking);
+        let mut tracking = lock(&self.live.tracking);
         tracking.drain();
         let mut window = tracking
             .log()
@@ -395,14 +338,14 @@ impl Recorder {
         let mut processes = window.processes;
         keep_maps_of(
             &mut processes,
-            &processes_needing_maps(&cpus, &self.layouts, &window.records),
+            &processes_needing_maps(&cpus, &rings.layouts, &window.records),
         );
         for p in &mut processes {
             p.maps.fill_build_ids(|m| build_ids.for_map(m));
         }
         self.captures.fetch_add(1, Ordering::Relaxed);
         Ok(Capture {
-            events: self.events.clone(),
+            events: rings.events.clone(),
             cpus,
             processes,
             tracking_records: window.records,
@@ -416,7 +359,7 @@ impl Recorder {
 
     /// Kernel modules found loaded since start, oldest first.
     pub fn loaded_modules(&self) -> Vec<LoadedModule> {
-        lock(&self.tracking).loaded_modules().to_vec()
+        lock(&self.live.tracking).loaded_modules().to_vec()
     }
 
     /// Watches `source` instead of /proc/modules for module loads, its
@@ -424,8 +367,8 @@ impl Recorder {
     /// paper with it, on kernels without module support.
     pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
         let known = bare_modules(&std::fs::read_to_string(&source)?);
-        let tracking = self
-            .events
+        let events = self.events();
+        let tracking = events
             .last()
             .ok_or_else(|| std::io::Error::other("no tracking event"))?;
         let watch = ModuleWatch::reading(
@@ -435,27 +378,30 @@ impl Recorder {
             tracking.attr,
             tracking.ids.first().copied().unwrap_or(0),
         );
-        lock(&self.tracking).watch_modules(watch);
+        lock(&self.live.tracking).watch_modules(watch);
         Ok(())
     }
 
     /// Drains the tracking rings now (captures do this themselves).
     pub fn drain_tracking(&self) -> usize {
-        lock(&self.tracking).drain()
+        lock(&self.live.tracking).drain()
     }
 
     /// The thread `tid` as the process table and the whole tracking log
     /// know it now (exited threads included until forgotten).
     pub fn process(&self, tid: u32) -> Result<Option<ProcessState>, CaptureError> {
-        Ok(lock(&self.tracking).log().current_table().lookup(tid))
+        Ok(lock(&self.live.tracking).log().current_table().lookup(tid))
     }
 
     pub fn status(&self) -> RecorderStatus {
-        let tracking = lock(&self.tracking);
+        let tracking = lock(&self.live.tracking);
         let lost_tracking = tracking.lost_per_cpu();
         let malformed = tracking.malformed_per_cpu();
+        let online = lock(&self.live.online).clone();
         let cpus = self
-            .rings
+            .live
+            .rings()
+            .cpus
             .iter()
             .map(|r| {
                 let cpu = r.cpu();
@@ -470,6 +416,7 @@ impl Recorder {
                     |v: &[(u32, u64)]| v.iter().find(|(c, _)| *c == cpu).map_or(0, |&(_, n)| n);
                 CpuStatus {
                     cpu,
+                    online: online.contains(&cpu),
                     ring_bytes: r.data_size() as u64,
                     lost_samples,
                     standby_ring: r.sets.len() > 1,
@@ -587,6 +534,7 @@ fn capture_cpu(
     let summary = summarize(&mut records, layouts);
     Ok(CpuCapture {
         cpu: ring.cpu(),
+        event_id: ring.ids().first().copied().unwrap_or(0),
         record_count: summary.count,
         ring_bytes: size,
         wrapped: since_enabled > size,

@@ -11,8 +11,10 @@
 
 pub mod capture;
 pub mod host;
+mod hotplug;
 pub mod machine;
 pub mod maps_needed;
+mod rings;
 pub mod start;
 
 use std::time::Duration;
@@ -43,6 +45,9 @@ pub struct EventDescriptor {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuCapture {
     pub cpu: u32,
+    /// The kernel id of the first sample event on the frozen ring (LOST
+    /// records are written under it); 0 when unknown.
+    pub event_id: u64,
     /// Intact records, verbatim, newest first (the order of a backward ring).
     pub records: Vec<u8>,
     pub record_count: u64,

@@ -328,7 +328,10 @@ pub fn write_perf_data<'a>(
                 .newest_ns
                 .unwrap_or(capture.window_start_ns)
                 .saturating_add(1),
-            id: ids.get(index).or(ids.first()).copied().unwrap_or(0),
+            id: match cpu.event_id {
+                0 => ids.get(index).or(ids.first()).copied().unwrap_or(0),
+                id => id,
+            },
             cpu: cpu.cpu,
         };
         let attr = &events[sample_event].attr;

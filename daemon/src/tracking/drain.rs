@@ -84,6 +84,23 @@ impl Tracking {
         &mut self.log
     }
 
+    /// Adds `ring` (of a CPU that came online) in place of that CPU's old
+    /// ring, which is drained first (its records stay in the log) and
+    /// returned. Returns the new ring's index.
+    pub fn put_ring(&mut self, ring: TrackingRing) -> (usize, Option<TrackingRing>) {
+        self.drain();
+        let cpu = ring.cpu();
+        match self.rings.iter().position(|r| r.cpu() == cpu) {
+            Some(i) => (i, Some(std::mem::replace(&mut self.rings[i], ring))),
+            None => {
+                self.rings.push(ring);
+                self.lost.push(0);
+                self.malformed.push(0);
+                (self.rings.len() - 1, None)
+            }
+        }
+    }
+
     /// The build-ids read so far (captures fill their window from them).
     pub fn build_ids(&self) -> Arc<BuildIds> {
         Arc::clone(&self.build_ids)
@@ -185,7 +202,13 @@ pub struct DrainThread {
 }
 
 impl DrainThread {
-    pub fn spawn(tracking: Arc<Mutex<Tracking>>) -> io::Result<Self> {
+    /// Starts the thread; `after_round` runs after each round with no lock
+    /// held (the recorder follows CPU hotplug there, adding rings to the
+    /// epoll set).
+    pub fn spawn(
+        tracking: Arc<Mutex<Tracking>>,
+        after_round: Box<dyn FnMut(&Epoll) + Send>,
+    ) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let stop = Arc::new(EventFd::new()?);
         epoll.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, u64::MAX))?;
@@ -201,7 +224,7 @@ impl DrainThread {
         let handle = std::thread::Builder::new()
             .name("tracking-drain".into())
             .spawn(move || {
-                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking) {
+                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking, after_round) {
                     let msg = format!("waiting for tracking ring wakeups failed: {e}");
                     tracing::error!("{msg}; tracking records are now drained only by captures");
                     *failure_in_thread
@@ -225,7 +248,12 @@ impl DrainThread {
     }
 }
 
-fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) -> nix::Result<()> {
+fn drain_loop(
+    epoll: &Epoll,
+    stop: &EventFd,
+    tracking: &Mutex<Tracking>,
+    mut after_round: Box<dyn FnMut(&Epoll) + Send>,
+) -> nix::Result<()> {
     let mut events = [EpollEvent::empty(); 64];
     loop {
         let n = match epoll.wait(&mut events, EpollTimeout::from(DRAIN_INTERVAL_MS)) {
@@ -243,6 +271,7 @@ fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) -> nix:
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain();
+        after_round(epoll);
     }
 }
 

@@ -1,0 +1,95 @@
+//! CPUs that come and go (cloud VMs hot-plug vCPUs). The perf events of a
+//! CPU that went offline never record again when it comes back, so the
+//! recorder opens new rings for a CPU as it comes online, in place of its
+//! old ones. The rings of a CPU that went away are kept until then: what
+//! they recorded before is still in the next snapshot. The drain thread
+//! reads the online list at most every [`CHECK_EVERY`] (a small sysfs
+//! file), and says in the log what changed.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+
+use super::capture::{Live, lock};
+use crate::log_limit::RateLimitedWarning;
+use crate::perf::PerfError;
+use crate::perf::cpus::online_cpus;
+
+/// How often the online CPU list is read.
+pub const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// What the drain thread calls after each round: follows the online list.
+pub(super) fn follower(live: &Arc<Live>) -> Box<dyn FnMut(&Epoll) + Send> {
+    let live = Arc::clone(live);
+    let mut last_check = Instant::now();
+    Box::new(move |epoll| {
+        if last_check.elapsed() >= CHECK_EVERY {
+            last_check = Instant::now();
+            follow(&live, epoll);
+        }
+    })
+}
+
+/// Opens rings for the CPUs online now that were not at the last look.
+fn follow(live: &Live, epoll: &Epoll) {
+    let Ok(now) = online_cpus() else {
+        return;
+    };
+    let mut online = lock(&live.online);
+    if *online == now {
+        return;
+    }
+    for cpu in online.iter().filter(|c| !now.contains(c)) {
+        tracing::info!(
+            cpu,
+            "CPU went offline: what its rings recorded stays in the next snapshot; it is \
+             recorded again when it comes back"
+        );
+    }
+    let mut recorded: Vec<u32> = now.iter().filter(|c| online.contains(c)).copied().collect();
+    for &cpu in now.iter().filter(|c| !online.contains(c)) {
+        match open_cpu(live, cpu, epoll) {
+            Ok(()) => {
+                tracing::info!(cpu, "CPU came online: recording it (rings opened)");
+                recorded.push(cpu);
+            }
+            Err(e) => {
+                // Tried again at the next look.
+                static FAILED: RateLimitedWarning = RateLimitedWarning::per_minute();
+                FAILED.warn(|| format!("CPU {cpu} came online but cannot be recorded: {e}"));
+            }
+        }
+    }
+    recorded.sort_unstable();
+    *online = recorded;
+}
+
+/// Opens, enables and puts in the rings of `cpu`, replacing its old ones.
+fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
+    let tracking = live.opener.tracking(cpu)?;
+    let samples = live.opener.samples(cpu)?;
+    let tracking_id = tracking.id();
+    // No capture while the rings change.
+    let _no_capture = lock(&live.capture_lock);
+    tracking.enable()?;
+    {
+        let mut t = lock(&live.tracking);
+        let (index, old) = t.put_ring(tracking);
+        if let Some(old) = old {
+            let _ = epoll.delete(old.fd());
+        }
+        let event = EpollEvent::new(EpollFlags::EPOLLIN, index as u64);
+        if let Err(e) = epoll.add(t.rings()[index].fd().as_fd(), event) {
+            // The periodic drain still empties it.
+            tracing::warn!(cpu, "cannot wait for the tracking ring's wakeups: {e}");
+        }
+    }
+    samples.enable()?;
+    live.rings
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .put(samples, tracking_id);
+    Ok(())
+}
