@@ -134,6 +134,22 @@ pub struct TrackingConfig {
     /// Records between checkpoints of the process table: a dump folds at
     /// most this much of the log besides its own window.
     pub checkpoint_interval: Spanned<ByteSize>,
+    /// Checkpoints held at most: the interval is widened to
+    /// `buffers.tracking_log / max_checkpoints` when it is shorter, which
+    /// bounds the memory the checkpoints take.
+    pub max_checkpoints: Spanned<u64>,
+}
+
+impl TrackingConfig {
+    /// The interval between checkpoints of a log of `tracking_log` bytes:
+    /// `checkpoint_interval`, widened so that at most `max_checkpoints` fit.
+    pub fn effective_checkpoint_interval(&self, tracking_log: u64) -> u64 {
+        let max = (*self.max_checkpoints.get_ref()).max(1);
+        self.checkpoint_interval
+            .get_ref()
+            .bytes()
+            .max(tracking_log.div_ceil(max))
+    }
 }
 
 impl Default for TrackingConfig {
@@ -142,6 +158,7 @@ impl Default for TrackingConfig {
             max_exited_threads: unspanned(16_384),
             max_maps_per_process: unspanned(16_384),
             checkpoint_interval: unspanned(ByteSize::kib(512)),
+            max_checkpoints: unspanned(16),
         }
     }
 }

@@ -66,9 +66,22 @@ impl TrackingConfig {
                 ),
             ));
         }
+        let checkpoints = &self.max_checkpoints;
+        if !(1..=MAX_CHECKPOINTS_LIMIT).contains(checkpoints.get_ref()) {
+            return Err((
+                checkpoints.span(),
+                format!(
+                    "tracking.max_checkpoints = {} is out of range: 1 to {MAX_CHECKPOINTS_LIMIT}",
+                    checkpoints.get_ref()
+                ),
+            ));
+        }
         Ok(())
     }
 }
+
+/// More checkpoints than this cost memory and save a dump nothing.
+const MAX_CHECKPOINTS_LIMIT: u64 = 4096;
 
 impl Config {
     /// Checks what serde cannot: returns the span and message of the first
@@ -309,6 +322,26 @@ mod tests {
             4,
             23,
             "tracking.checkpoint_interval = 2MiB is out of range: 4KiB to buffers.tracking_log (1MiB)",
+        );
+        rejected_at(
+            "[tracking]\nmax_checkpoints = 0\n",
+            2,
+            19,
+            "tracking.max_checkpoints = 0 is out of range: 1 to 4096",
+        );
+        let cfg = parse("[buffers]\ntracking_log = \"64MiB\"\n").unwrap();
+        assert_eq!(
+            cfg.tracking
+                .effective_checkpoint_interval(cfg.buffers.tracking_log.get_ref().bytes()),
+            4 << 20,
+            "64MiB of log in at most 16 checkpoints"
+        );
+        let cfg = parse("[buffers]\ntracking_log = \"4MiB\"\n").unwrap();
+        assert_eq!(
+            cfg.tracking
+                .effective_checkpoint_interval(cfg.buffers.tracking_log.get_ref().bytes()),
+            512 << 10,
+            "the configured interval when it is wider"
         );
         rejected_at(
             "[tracking]\nmax_exited = 3\n",

@@ -409,10 +409,23 @@ fn a_socket_group_member_can_read_the_snapshots_it_dumps() {
     drop(d);
 }
 
-/// Runs `packaging/quickstart` on the test binaries and a private config,
-/// waits for its first snapshot, sends `signal` to the script alone, and
-/// checks that the daemon it started is gone with its socket.
-fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal) {
+/// A process group killed (SIGKILL) when dropped.
+struct KillGroup(std::process::Child);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(-(self.0.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `packaging/quickstart` on the test binaries and a private config
+/// (`inherits_ignored`: with SIGINT and SIGTERM ignored, as a script that
+/// runs it in the background leaves them), waits for its first snapshot,
+/// sends `signal` to the script alone, and checks that the daemon it
+/// started is gone with its socket.
+fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal, inherits_ignored: bool) {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
@@ -423,7 +436,17 @@ fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal) {
     let _ = bin_path("snapctl");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let log = std::fs::File::create(dir.path().join("quickstart.log")).unwrap();
-    let mut script = Command::new(repo.join("packaging/quickstart"))
+    let quickstart = repo.join("packaging/quickstart");
+    let mut command = if inherits_ignored {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("trap '' INT TERM; exec \"$0\"")
+            .arg(&quickstart);
+        c
+    } else {
+        Command::new(&quickstart)
+    };
+    let script = command
         .env("FLIGHTREC_BIN_DIR", &bin_dir)
         .env("FLIGHTREC_CONFIG", &config)
         .env("FLIGHTREC_SOCKET", &socket)
@@ -434,6 +457,10 @@ fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal) {
         .process_group(0)
         .spawn()
         .unwrap();
+    // Whatever happens, nothing the script started outlives the test: the
+    // daemon is in the script's process group.
+    let mut script = KillGroup(script);
+    let script = &mut script.0;
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = script.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -490,14 +517,21 @@ fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal) {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigterm_to_quickstart_stops_the_daemon() {
     require_root("sigterm_to_quickstart_stops_the_daemon");
-    quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGTERM);
+    quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGTERM, false);
 }
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigint_to_quickstart_stops_the_daemon() {
     require_root("sigint_to_quickstart_stops_the_daemon");
-    quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGINT);
+    quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGINT, false);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn sigint_to_quickstart_started_with_it_ignored_stops_the_daemon() {
+    require_root("sigint_to_quickstart_started_with_it_ignored_stops_the_daemon");
+    quickstart_stops_its_daemon_on(nix::sys::signal::Signal::SIGINT, true);
 }
 
 #[test]

@@ -344,8 +344,9 @@ fn reload_applies_a_good_config_and_rejects_a_bad_one() {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn sigterm_finishes_the_dump_under_way_and_removes_the_socket() {
     require_root("sigterm_finishes_the_dump_under_way");
-    let mut d =
-        Daemon::start("[snapshot]\npost_trigger_delay = \"500ms\"\ncompression = \"none\"\n");
+    // Long enough that the dump is still under way once both clients are
+    // in, however slowly they connect.
+    let mut d = Daemon::start("[snapshot]\npost_trigger_delay = \"3s\"\ncompression = \"none\"\n");
     let client = d
         .snapctl_cmd(&["--json", "dump"])
         .stdout(std::process::Stdio::piped())
@@ -359,8 +360,24 @@ fn sigterm_finishes_the_dump_under_way_and_removes_the_socket() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // SIGTERM while the accepted dump waits out its post-trigger delay.
-    std::thread::sleep(Duration::from_millis(200));
+    // SIGTERM while the accepted dump waits out its post-trigger delay:
+    // once the daemon has both the dump and the watch stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = d.log_text();
+        if log.contains("dump requested over the API") && log.contains("watch stream opened") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the clients never got in:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !d.log_text().contains("snapshot written"),
+        "the dump was over before SIGTERM"
+    );
     let stopping = Instant::now();
     let status = d.stop();
     assert_eq!(status.code(), Some(0), "{}", d.log_text());

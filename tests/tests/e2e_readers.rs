@@ -592,8 +592,13 @@ fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
             })
             .count()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // Each dump's window starts where the previous one ended (the lossless
+    // freeze): wait longer before each, so a busy machine that gives the
+    // spinners little CPU still fills a window, at most 60 s in all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut wait = Duration::from_millis(500);
     let (path, expected) = loop {
+        std::thread::sleep(wait);
         let path = dump(&d, &[]);
         let n = spinner_samples(&path);
         eprintln!("{TEST}: {n} samples of {SPINNER} in {}", path.display());
@@ -605,7 +610,7 @@ fn samply_imports_a_snapshot_with_the_samples_of_a_busy_process() {
             "only {n} cpu-clock samples of {SPINNER} in {}",
             path.display()
         );
-        std::thread::sleep(Duration::from_millis(200));
+        wait = (wait * 2).min(Duration::from_secs(8));
     };
 
     let out_dir = tempfile::tempdir().expect("tempdir");

@@ -190,6 +190,7 @@ impl FlightRecorder for Api {
             return Err(status_of(CommandError::ShuttingDown));
         }
         let slot = WatcherSlot::take(&self.watchers)?;
+        tracing::debug!("watch stream opened");
         let mut events = self.state.subscribe();
         let mut stop = self.state.shutdown_signal();
         let (tx, rx) = mpsc::channel(64);

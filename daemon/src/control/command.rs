@@ -381,7 +381,9 @@ impl State {
             recorder: status,
             ring_bytes_per_cpu: cfg.buffers.per_cpu.get_ref().bytes(),
             tracking_ring_bytes_per_cpu: cfg.buffers.tracking.get_ref().bytes(),
-            checkpoint_interval_bytes: cfg.tracking.checkpoint_interval.get_ref().bytes(),
+            checkpoint_interval_bytes: cfg
+                .tracking
+                .effective_checkpoint_interval(cfg.buffers.tracking_log.get_ref().bytes()),
             output_dir: cur.store.dir().to_path_buf(),
             last_dump: self.last_dump(),
             dumps: self.dumps(),

@@ -27,14 +27,14 @@
 //! from the newest checkpoint of the process table the log keeps before it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
-use super::rings::{CpuRing, RingOpener, Rings};
+use super::rings::{CpuRing, Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
 use crate::abi::layout::RecordLayouts;
@@ -158,28 +158,6 @@ pub struct Recorder {
     host: Arc<HostInfo>,
     event_info: Vec<EventInfo>,
     captures: AtomicU64,
-}
-
-/// What the recorder shares with the drain thread, which follows CPU
-/// hotplug (see `hotplug`).
-pub(super) struct Live {
-    pub(super) rings: RwLock<Rings>,
-    pub(super) opener: RingOpener,
-    pub(super) tracking: Arc<Mutex<Tracking>>,
-    /// Held by a capture, and while the rings of a CPU are put in.
-    pub(super) capture_lock: Mutex<()>,
-    /// The CPUs online at the last look, ascending.
-    pub(super) online: Mutex<Vec<u32>>,
-}
-
-impl Live {
-    pub(super) fn rings(&self) -> std::sync::RwLockReadGuard<'_, Rings> {
-        self.rings.read().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Recorder {

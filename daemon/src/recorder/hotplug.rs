@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
-use super::capture::{Live, lock};
+use super::rings::{Live, lock};
 use crate::log_limit::RateLimitedWarning;
 use crate::perf::PerfError;
 use crate::perf::cpus::online_cpus;

@@ -4,7 +4,7 @@
 //! for one more CPU (at start, or when a CPU comes online).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::EventDescriptor;
 use crate::abi::layout::RecordLayouts;
@@ -12,6 +12,29 @@ use crate::perf::PerfError;
 use crate::perf::event::ResolvedEvent;
 use crate::perf::sample_ring::SampleRing;
 use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingRing};
+use crate::tracking::drain::Tracking;
+
+/// What the recorder shares with the drain thread, which follows CPU
+/// hotplug (see `hotplug`).
+pub(super) struct Live {
+    pub(super) rings: RwLock<Rings>,
+    pub(super) opener: RingOpener,
+    pub(super) tracking: Arc<Mutex<Tracking>>,
+    /// Held by a capture, and while the rings of a CPU are put in.
+    pub(super) capture_lock: Mutex<()>,
+    /// The CPUs online at the last look, ascending.
+    pub(super) online: Mutex<Vec<u32>>,
+}
+
+impl Live {
+    pub(super) fn rings(&self) -> std::sync::RwLockReadGuard<'_, Rings> {
+        self.rings.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// One set of the sample events on a CPU, with its ring.
 pub(super) struct RingSet {

@@ -94,7 +94,9 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
             max_maps_per_process: usize::try_from(*config.tracking.max_maps_per_process.get_ref())
                 .unwrap_or(usize::MAX),
         },
-        tracking_checkpoint_bytes: config.tracking.checkpoint_interval.get_ref().bytes(),
+        tracking_checkpoint_bytes: config
+            .tracking
+            .effective_checkpoint_interval(config.buffers.tracking_log.get_ref().bytes()),
         lossless_freeze: config.buffers.lossless_freeze,
     }
 }

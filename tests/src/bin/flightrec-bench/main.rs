@@ -69,6 +69,9 @@ fn main() -> Result<()> {
     if args.wants("fleet") {
         sections.push(scenarios::fleet(&args)?);
     }
+    if args.wants("soak") {
+        sections.push(scenarios::soak(&args)?);
+    }
     let report = report::render(&args, &sections);
     println!("{report}");
     if let Some(path) = &args.markdown {

@@ -8,6 +8,7 @@ mod memory;
 mod overhead;
 mod scaling;
 mod snapshot;
+mod soak;
 mod trigger;
 
 use std::time::Duration;
@@ -24,6 +25,7 @@ pub use memory::{dump_vs_log_fill, memory};
 pub use overhead::overhead;
 pub use scaling::scaling;
 pub use snapshot::snapshot;
+pub use soak::soak;
 pub use trigger::trigger;
 
 /// The tools in an order that rotates with `run`, so neither tool
