@@ -478,10 +478,6 @@ fn a_flood_of_huge_malformed_requests_costs_a_few_log_lines_and_no_memory() {
     }
     let took = sent.elapsed();
     let fleet = d.json(&["status"])["fleet"].clone();
-    assert!(
-        fleet["bad_requests"].as_u64().unwrap() >= 16,
-        "the flood did not reach the daemon: {fleet}"
-    );
     let (rss_after, peak) = rss_and_peak(pid);
     let log = d.log_text();
     let grown = log.len() - log_before;
@@ -498,16 +494,25 @@ fn a_flood_of_huge_malformed_requests_costs_a_few_log_lines_and_no_memory() {
         rss_after / MIB,
         peak / MIB
     );
-    assert!(lines.len() <= 2, "{lines:#?}");
+    assert!(
+        lines.len() <= 2,
+        "{} warnings, the first {} bytes long",
+        lines.len(),
+        lines.first().map_or(0, |l| l.len())
+    );
     assert!(
         lines[0].contains("not valid JSON of a fleet dump") && lines[0].len() < 400,
         "{}",
-        lines[0]
+        &lines[0][..lines[0].len().min(400)]
     );
     assert!(grown < 16 << 10, "the log grew by {grown} bytes");
     assert!(
         peak.saturating_sub(rss_before) < 32 * MIB,
         "RSS peaked {} MiB above its start",
         (peak - rss_before) / MIB
+    );
+    assert!(
+        fleet["bad_requests"].as_u64().unwrap() >= 16,
+        "the flood did not reach the daemon: {fleet}"
     );
 }

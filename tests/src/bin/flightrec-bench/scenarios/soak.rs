@@ -1,6 +1,6 @@
 //! Scenario `soak`: both recorders side by side for a long run (20 minutes,
 //! 2 with `--quick`) on the default configuration (4 MiB per CPU, a 64 MiB
-//! tracking log), under the messaging load plus a steady churn of short
+//! tracking log), under a light messaging load plus a steady churn of short
 //! processes that fills the tracking log, with a dump every 3 s: the RSS
 //! over time and at the end, against the goal of at most 1.5 x
 //! `buffers.tracking_log` plus the rings' copy buffers.
@@ -32,7 +32,10 @@ impl Churn {
         use std::os::unix::process::CommandExt;
         Ok(Churn(
             Command::new("sh")
-                .args(["-c", "while :; do ls /usr/lib >/dev/null; sleep 0.02; done"])
+                .args([
+                    "-c",
+                    "for i in 1 2; do (while :; do ls /usr/lib >/dev/null; done) & done; wait",
+                ])
                 .stdout(Stdio::null())
                 .process_group(0)
                 .spawn()
@@ -54,7 +57,7 @@ pub fn soak(args: &Args) -> Result<Section> {
     let setup = Setup::switch_and_clock(RING);
     let mut flightrec = Recorder::start(Kind::Flightrec, setup)?;
     let mut perf = Recorder::start(Kind::Perf, setup)?;
-    let _load = BackgroundLoad::messaging(4)?;
+    let _load = BackgroundLoad::messaging(1)?;
     let _churn = Churn::start()?;
     let started = Instant::now();
     let end = started + Duration::from_secs(60 * minutes);
@@ -120,7 +123,7 @@ pub fn soak(args: &Args) -> Result<Section> {
     Ok(Section {
         title: format!(
             "Soak: {minutes} min, default config (4 MiB per CPU, 64 MiB tracking log), \
-             messaging -g 4 plus a process churn, a dump every {}s",
+             messaging -g 1 plus two loops of short processes, a dump every {}s",
             DUMP_EVERY.as_secs()
         ),
         rows,
