@@ -11,8 +11,8 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
+use crate::checks::check_path;
 use crate::message::quoted;
-use crate::validate::check_path;
 
 /// Default `subject` prefix: requests go to `flightrec.dump[.<host>]`.
 pub const DEFAULT_SUBJECT: &str = "flightrec";

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+mod checks;
 mod fleet;
 mod load;
 mod message;
@@ -19,6 +20,7 @@ mod validate;
 
 pub use toml::Spanned;
 
+pub use checks::{MAX_EVENT_NAME_BYTES, MAX_FILTER_BYTES, MAX_PATH_BYTES, check_event_name};
 pub use fleet::{
     DEFAULT_BUCKET, DEFAULT_NATS_URL, DEFAULT_SUBJECT, FleetConfig, NatsServers, S3Config,
     check_host, check_label_key, check_label_value,
@@ -35,8 +37,7 @@ pub use trigger::{
 };
 pub use units::{ByteSize, HumanDuration};
 pub use validate::{
-    MAX_EVENT_NAME_BYTES, MAX_EXITED_THREADS_LIMIT, MAX_FILTER_BYTES, MAX_MAPS_PER_PROCESS_LIMIT,
-    MAX_PATH_BYTES, MAX_RING_BYTES, MAX_TRACKING_LOG_BYTES, check_event_name,
+    MAX_EXITED_THREADS_LIMIT, MAX_MAPS_PER_PROCESS_LIMIT, MAX_RING_BYTES, MAX_TRACKING_LOG_BYTES,
 };
 
 /// What the tests of every module share: parsing as from a file, and

@@ -5,9 +5,9 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use crate::checks::check_path;
 use crate::message::{MAX_MESSAGE_CHARS, line_column, truncated};
 use crate::schema::Config;
-use crate::validate::check_path;
 
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]

@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::checks::{MAX_FILTER_BYTES, check_event_name, check_path};
 use crate::message::quoted;
 use crate::units::HumanDuration;
-use crate::validate::{MAX_FILTER_BYTES, check_event_name, check_path};
 
 /// Longest trigger name (it is part of every snapshot's trigger field).
 pub const MAX_TRIGGER_NAME_BYTES: usize = 64;

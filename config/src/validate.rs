@@ -3,8 +3,8 @@
 //! the error names the file, line and column.
 
 use std::ops::Range;
-use std::path::Path;
 
+use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
 use crate::schema::{Config, TrackingConfig};
 use crate::units::ByteSize;
@@ -14,13 +14,6 @@ pub const MAX_RING_BYTES: u64 = 2 << 30;
 /// Largest tracking log (`buffers.tracking_log`): it is allocated at start
 /// and on every reload that changes it.
 pub const MAX_TRACKING_LOG_BYTES: u64 = 4 << 30;
-/// Longest path accepted for the socket and the output directory (PATH_MAX
-/// with its NUL).
-pub const MAX_PATH_BYTES: usize = 4095;
-/// Longest event name (a tracepoint's directory names are file names).
-pub const MAX_EVENT_NAME_BYTES: usize = 255;
-/// Longest tracepoint filter: the kernel copies at most a page of it.
-pub const MAX_FILTER_BYTES: usize = 4095;
 /// Upper bound of `tracking.max_exited_threads` (the kernel's PID_MAX_LIMIT).
 pub const MAX_EXITED_THREADS_LIMIT: u64 = 4 << 20;
 /// Upper bound of `tracking.max_maps_per_process`.
@@ -232,34 +225,6 @@ impl Config {
     }
 }
 
-/// `system:event` (tracepoint) or a lowercase software/hardware event name.
-/// Whether the kernel knows it is checked when the events are opened.
-pub fn check_event_name(name: &str) -> Result<(), String> {
-    let word = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    };
-    let ok = match name.split_once(':') {
-        Some((sys, ev)) => word(sys) && word(ev),
-        None => word(name),
-    };
-    if name.len() > MAX_EVENT_NAME_BYTES {
-        Err(format!(
-            "event name {} is too long: at most {MAX_EVENT_NAME_BYTES} bytes",
-            quoted(name)
-        ))
-    } else if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "event name {} is not valid: expected `system:tracepoint` \
-             (e.g. sched:sched_switch) or an event such as cpu-clock",
-            quoted(name)
-        ))
-    }
-}
-
 fn valid_group_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 32
@@ -267,28 +232,6 @@ fn valid_group_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
-/// A path the daemon can hand to the kernel: not empty, no NUL byte, not
-/// longer than PATH_MAX. Returns the rest of a sentence naming the key.
-pub(crate) fn check_path(path: &Path) -> Result<(), String> {
-    let bytes = path.as_os_str().as_encoded_bytes();
-    if bytes.is_empty() {
-        Err("is empty: give a path".into())
-    } else if bytes.contains(&0) {
-        Err(format!(
-            "{} contains a NUL byte, which no path can hold",
-            quoted(&path.to_string_lossy())
-        ))
-    } else if bytes.len() > MAX_PATH_BYTES {
-        Err(format!(
-            "{} is {} bytes long, at most {MAX_PATH_BYTES} are allowed",
-            quoted(&path.to_string_lossy()),
-            bytes.len()
-        ))
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
