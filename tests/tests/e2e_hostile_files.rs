@@ -46,16 +46,18 @@ count, note_size = int(sys.argv[1]), int(sys.argv[2])
 paths = []
 for i in range(count):
     path = "/dev/shm/fr-huge-note-%d-%d" % (os.getpid(), i)
-    # ELF64 header: no program headers, 2 section headers at 64.
+    # ELF64 header: no program headers; 3 section headers at 64 (null,
+    # the note, the section name table) as any ELF reader expects them.
     ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, 64, 0, 64, 0, 0, 64, 2, 0)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, 64, 0, 64, 0, 0, 64, 3, 2)
     null = bytes(64)
-    # SHT_NOTE at 192, 4 GiB long, aligned 4.
-    note = struct.pack("<IIQQQQIIQQ", 0, 7, 0, 0, 192, note_size, 0, 0, 4, 0)
+    names = b"\0.note.gnu.build-id\0.shstrtab\0"
+    note = struct.pack("<IIQQQQIIQQ", 1, 7, 2, 0, 288, note_size, 0, 0, 4, 0)
+    strtab = struct.pack("<IIQQQQIIQQ", 20, 3, 0, 0, 256, len(names), 0, 0, 1, 0)
     body = struct.pack("<III", 4, 20, 3) + b"GNU\0" + bytes([i + 1] * 20)
     with open(path, "wb") as f:
-        f.write(header + null + note + body)
-        f.truncate(max(192 + note_size, 4096))
+        f.write(header + null + note + strtab + names + bytes(288 - 256 - len(names)) + body)
+        f.truncate(max(288 + note_size, 4096))
     fd = os.open(path, os.O_RDONLY)
     mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
     paths.append(path)

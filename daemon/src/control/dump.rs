@@ -145,6 +145,8 @@ impl State {
                 if let Err(e) = self.apply_retention(&policy, Some(&snapshot.id)) {
                     tracing::error!("retention after the dump failed: {e}");
                 }
+                // The dump's buffers are freed: give the pages back.
+                crate::perf::heap::release_free_memory();
                 Ok(Arc::new(DumpDone {
                     snapshot,
                     output,

@@ -11,6 +11,7 @@
 //!   `[[trigger]]` watches.
 //! - [`file_map`]: writable mappings of the snapshot output file.
 //! - [`sched`]: SCHED_FIFO for the threads that freeze and write snapshots.
+//! - [`heap`]: freed heap memory given back to the kernel after each dump.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
 //! See perf_event_open(2) and include/uapi/linux/perf_event.h.
@@ -21,6 +22,7 @@ pub mod cpus;
 pub mod event;
 pub mod file_map;
 mod forward_ring;
+pub mod heap;
 mod mapping;
 pub mod sample_ring;
 pub mod sched;

@@ -20,14 +20,24 @@ use crate::perf::cpus::online_cpus;
 /// How often the online CPU list is read.
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// What the drain thread calls after each round: follows the online list.
+/// Freed heap memory is given back to the kernel at least this often, also
+/// when no dump does it (the drain's process table churns on its own).
+pub const RELEASE_MEMORY_EVERY: Duration = Duration::from_secs(60);
+
+/// What the drain thread calls after each round: follows the online list,
+/// and gives freed memory back now and then.
 pub(super) fn follower(live: &Arc<Live>) -> Box<dyn FnMut(&Epoll) + Send> {
     let live = Arc::clone(live);
     let mut last_check = Instant::now();
+    let mut last_release = Instant::now();
     Box::new(move |epoll| {
         if last_check.elapsed() >= CHECK_EVERY {
             last_check = Instant::now();
             follow(&live, epoll);
+        }
+        if last_release.elapsed() >= RELEASE_MEMORY_EVERY {
+            last_release = Instant::now();
+            crate::perf::heap::release_free_memory();
         }
     })
 }

@@ -24,6 +24,9 @@ pub struct Args {
         default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss,fleet"
     )]
     pub only: Vec<String>,
+    /// Length of the soak in minutes (default 20, 2 with --quick).
+    #[arg(long, value_name = "N")]
+    pub soak_minutes: Option<u64>,
     /// Also write the results as Markdown to this file.
     #[arg(long)]
     pub markdown: Option<PathBuf>,

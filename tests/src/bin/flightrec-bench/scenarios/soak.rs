@@ -53,7 +53,7 @@ impl Drop for Churn {
 }
 
 pub fn soak(args: &Args) -> Result<Section> {
-    let minutes = if args.quick { 2 } else { 20 };
+    let minutes = args.soak_minutes.unwrap_or(if args.quick { 2 } else { 20 });
     let setup = Setup::switch_and_clock(RING);
     let mut flightrec = Recorder::start(Kind::Flightrec, setup)?;
     let mut perf = Recorder::start(Kind::Perf, setup)?;
