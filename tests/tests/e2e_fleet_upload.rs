@@ -485,17 +485,18 @@ fn with_s3_set_a_snapshot_goes_to_both_destinations() {
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn a_snapshot_that_cannot_be_read_does_not_hold_the_queue() {
-    require_root("a_snapshot_that_cannot_be_read_does_not_hold_the_queue");
+fn a_snapshot_replaced_by_a_directory_is_passed_over_and_does_not_hold_the_queue() {
+    require_root("a_snapshot_replaced_by_a_directory_is_passed_over_and_does_not_hold_the_queue");
     let (mut d, port) = daemon_before_its_server("");
     d.signal("USR2");
     let first = wait_listed(&d, 1)[0].clone();
     std::thread::sleep(Duration::from_millis(150));
     d.signal("USR2");
     let second = wait_listed(&d, 2)[1].clone();
-    // Stopped with both queued, the oldest turned into something no upload
-    // can read (a directory under its name: open works, read fails), the
-    // server up, the daemon started again: the queue resumes.
+    // Stopped with both queued, the oldest turned into something that is
+    // not a snapshot (a directory under its name), the server up, the
+    // daemon started again: the directory is passed over, named in the
+    // log, and the queue goes on with the second.
     d.stop();
     let path = Path::new(first["path"].as_str().unwrap());
     std::fs::remove_file(path).unwrap();
@@ -503,16 +504,17 @@ fn a_snapshot_that_cannot_be_read_does_not_hold_the_queue() {
     let nats = NatsServer::start_on(port, None);
     d.spawn();
     let f = wait_fleet(&d, Duration::from_secs(60), |f| f["uploaded"] == 1);
-    assert_eq!(f["uploads_pending"], 1, "the unreadable one waits: {f}");
-    assert!(
-        f["last_upload_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("Is a directory")),
-        "{f}"
-    );
+    assert_eq!(f["uploads_pending"], 0, "nothing else to upload: {f}");
     let objects = bucket(&nats.url());
     assert_eq!(objects.len(), 1, "{objects:?}");
     find_in(&objects, "host-a", &second);
+    let listed: Vec<_> = d.list().iter().map(|s| s["id"].clone()).collect();
+    assert_eq!(listed, [second["id"].clone()]);
+    let log = d.log_text();
+    assert!(
+        log.contains("passed over in the output directory: a directory"),
+        "{log}"
+    );
     std::fs::remove_dir(path).unwrap();
 }
 

@@ -669,14 +669,15 @@ fn samply_samples_of(
         .iter()
         .map(|t| t["samples"]["length"].as_u64().expect("samples.length"))
         .sum();
-    // pid is a string; a reused pid gets a suffix (".1") and no match.
+    // pid is a string; samply adds a suffix (".1") to a pid it saw start
+    // twice (the process table's record, then the exec inside the window).
     let pids = threads
         .iter()
         .filter(|t| t["samples"]["length"].as_u64() > Some(0))
         .filter_map(|t| {
             t["pid"]
                 .as_str()
-                .and_then(|p| p.parse().ok())
+                .and_then(|p| p.split('.').next()?.parse().ok())
                 .or(t["pid"].as_u64())
         })
         .collect();
