@@ -3,6 +3,7 @@
 //! the socket, starts the dump task, the loss watcher, the signal thread
 //! and the API server, and tears them down in order on SIGTERM/SIGINT.
 
+pub mod cli;
 mod logging;
 mod notify;
 
