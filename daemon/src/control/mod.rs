@@ -166,6 +166,16 @@ impl State {
         self.dump_tx.send(message)
     }
 
+    /// Asks the dump thread to answer between dumps: the receiver resolves
+    /// once it did, and fails when the thread has ended. A dump that hangs
+    /// leaves it pending (the watchdog's probe).
+    pub fn ping_dump_thread(&self) -> oneshot::Receiver<()> {
+        let (answer, answered) = oneshot::channel();
+        // A send that fails drops `answer`: the receiver reports it.
+        let _ = self.send_to_dumps(Message::Ping(answer));
+        answered
+    }
+
     /// Queues a dump; the receiver gets its result (API callers wait on
     /// it). Callable from any thread: the queue never blocks. `compress`:
     /// None follows `[snapshot] compression`.

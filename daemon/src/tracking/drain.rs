@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -168,6 +169,9 @@ pub struct DrainThread {
     stop: Arc<EventFd>,
     /// Why the thread stopped on its own, if it did.
     failure: Arc<Mutex<Option<String>>>,
+    /// Drain rounds completed: the watchdog sees the thread alive when it
+    /// grows (a round runs at least every `DRAIN_INTERVAL_MS`).
+    rounds: Arc<AtomicU64>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -185,10 +189,12 @@ impl DrainThread {
         let stop_in_thread = Arc::clone(&stop);
         let failure = Arc::new(Mutex::new(None));
         let failure_in_thread = Arc::clone(&failure);
+        let rounds = Arc::new(AtomicU64::new(0));
+        let rounds_in_thread = Arc::clone(&rounds);
         let handle = std::thread::Builder::new()
             .name("tracking-drain".into())
             .spawn(move || {
-                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking) {
+                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking, &rounds_in_thread) {
                     let msg = format!("waiting for tracking ring wakeups failed: {e}");
                     tracing::error!("{msg}; tracking records are now drained only by captures");
                     *failure_in_thread
@@ -199,8 +205,14 @@ impl DrainThread {
         Ok(Self {
             stop,
             failure,
+            rounds,
             handle: Some(handle),
         })
+    }
+
+    /// Drain rounds completed so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
     }
 
     /// Why the thread stopped by itself (it normally runs until dropped).
@@ -212,7 +224,12 @@ impl DrainThread {
     }
 }
 
-fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) -> nix::Result<()> {
+fn drain_loop(
+    epoll: &Epoll,
+    stop: &EventFd,
+    tracking: &Mutex<Tracking>,
+    rounds: &AtomicU64,
+) -> nix::Result<()> {
     let mut events = [EpollEvent::empty(); 64];
     loop {
         let n = match epoll.wait(&mut events, EpollTimeout::from(DRAIN_INTERVAL_MS)) {
@@ -230,6 +247,7 @@ fn drain_loop(epoll: &Epoll, stop: &EventFd, tracking: &Mutex<Tracking>) -> nix:
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain();
+        rounds.fetch_add(1, Ordering::Relaxed);
     }
 }
 
