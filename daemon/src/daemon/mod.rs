@@ -6,6 +6,7 @@
 pub mod cli;
 mod logging;
 mod notify;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,6 +190,15 @@ async fn serve(
     tokio::pin!(server);
     tracing::info!(socket = %socket_path.display(), "listening");
     notify(sd_notify::NotifyState::Ready);
+    let status_task = tokio::spawn(notify::keep_status(state.clone()));
+    let watchdog_task = sd_notify::watchdog_enabled().map(|limit| {
+        tracing::info!(
+            "systemd watchdog: WATCHDOG=1 every {}s while the dump thread, the tracking drain \
+             and the API answer",
+            (limit / 2).as_secs_f64()
+        );
+        tokio::spawn(watchdog::run(state.clone(), limit))
+    });
 
     let mut stop = state.shutdown_signal();
     let served = tokio::select! {
@@ -201,6 +211,10 @@ async fn serve(
         None => false,
     };
     notify(sd_notify::NotifyState::Stopping);
+    if let Some(t) = watchdog_task {
+        t.abort();
+    }
+    status_task.abort();
     // The dump under way finishes (its callers get their answer) first.
     match dump_task.await {
         Ok(Ok(())) => {}
