@@ -35,6 +35,8 @@ use crate::recorder::Recorder;
 use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
 use crate::triggers::{self, Message, Outcome, Timing, Trigger, TriggerKind};
 pub use config::ConfigSource;
+#[cfg(feature = "testing")]
+pub use dump::HANG_DUMP_LABEL;
 pub use outcome::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, Stamped};
 pub use reload::ReloadError;
 
