@@ -46,6 +46,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flightrecd: {e}");
+            if let Some(hint) = daemon::read_only_hint(&e) {
+                eprintln!("flightrecd: {hint}");
+            }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }

@@ -68,6 +68,29 @@ impl DaemonError {
     }
 }
 
+/// Under the packaged unit (ProtectSystem=strict) every directory but
+/// /var/lib/flightrec and /run/flightrec is read-only to the daemon: a
+/// start that failed on a read-only file system under systemd says how to
+/// allow another one. None for any other failure.
+pub fn read_only_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(error);
+    let mut read_only = false;
+    while let Some(e) = cause {
+        read_only |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ReadOnlyFilesystem)
+            || e.to_string().contains("Read-only file system");
+        cause = e.source();
+    }
+    // systemd sets INVOCATION_ID for every service it starts.
+    (read_only && std::env::var_os("INVOCATION_ID").is_some()).then(|| {
+        "the flightrecd unit (ProtectSystem=strict) lets the daemon write only \
+         /var/lib/flightrec and /run/flightrec: create the directory, then allow it \
+         with `systemctl edit flightrecd`, adding ReadWritePaths=DIR under [Service]"
+            .to_string()
+    })
+}
+
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the config already
 /// read by the caller.
 pub fn run(source: ConfigSource, loaded: LoadedConfig) -> Result<(), DaemonError> {
