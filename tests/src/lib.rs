@@ -153,7 +153,15 @@ pub fn debian_package() -> PathBuf {
     BUILT
         .get_or_init(|| {
             if let Some(deb) = std::env::var_os("FLIGHTREC_TEST_DEB") {
-                return Ok(deb.into());
+                let deb = PathBuf::from(deb);
+                return if deb.is_file() {
+                    Ok(deb)
+                } else {
+                    Err(format!(
+                        "FLIGHTREC_TEST_DEB={} is not a file",
+                        deb.display()
+                    ))
+                };
             }
             let profile = profile_dir();
             let (target_dir, _) = target_and_profile(&profile)?;

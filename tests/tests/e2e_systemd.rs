@@ -78,6 +78,7 @@ fn restart_with(m: &Machine, config: &str) {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn the_package_installs_runs_and_purges_under_systemd() {
     require_root("the_package_installs_runs_and_purges_under_systemd");
+    let deb = debian_package();
     let m = Machine::boot();
     let started = Instant::now();
     install(&m);
@@ -483,7 +484,11 @@ cgroup = \"{cgroup}\"
         m.sh("dpkg -s flightrecd").contains("is not installed"),
         "purge left the package known to dpkg"
     );
-    println!("the package's life under systemd: {:?}", started.elapsed());
+    println!(
+        "the package under systemd ({}): {:?} from install to purge",
+        deb.display(),
+        started.elapsed()
+    );
 }
 
 /// Like [`restart_with`] for a config the daemon must refuse at start.
@@ -559,6 +564,8 @@ fn the_watchdog_restarts_a_daemon_whose_dump_thread_hangs() {
     let reason = at("watchdog: no answer for");
     let timeout = at("Watchdog timeout");
     let killed_after = Duration::from_micros(timeout - hung);
+    // The last WATCHDOG=1 may follow the dump thread's last answer by a
+    // scheduling delay, and systemd's timer fires up to 250 ms late.
     assert!(
         killed_after <= limit + Duration::from_secs(1),
         "systemd killed the daemon {killed_after:?} after the hang, beyond WatchdogSec"
