@@ -371,7 +371,12 @@ cgroup = \"{cgroup}\"
             "output_dir = \"/srv/flightrec-snapshots\"",
         ),
     );
-    m.wait_journal(&cursor, UNIT, "ReadWritePaths=DIR", Duration::from_secs(10));
+    m.wait_journal(
+        &cursor,
+        UNIT,
+        "ReadWritePaths=PATH",
+        Duration::from_secs(10),
+    );
     assert_eq!(m.property(UNIT, "ExecMainStatus"), "2");
     m.ok(
         "mkdir /srv/flightrec-snapshots && mkdir -p /etc/systemd/system/flightrecd.service.d && printf '[Service]\\nReadWritePaths=/srv/flightrec-snapshots\\n' \

@@ -68,10 +68,10 @@ impl DaemonError {
     }
 }
 
-/// Under the packaged unit (ProtectSystem=strict) every directory but
-/// /var/lib/flightrec and /run/flightrec is read-only to the daemon: a
-/// start that failed on a read-only file system under systemd says how to
-/// allow another one. None for any other failure.
+/// Under the packaged unit (ProtectSystem=strict) every path but
+/// /var/lib/flightrec, /run/flightrec and /sys/fs/cgroup is read-only to
+/// the daemon: a start that failed on a read-only file system under systemd
+/// says how to allow another one. None for any other failure.
 pub fn read_only_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut cause = Some(error);
     let mut read_only = false;
@@ -85,8 +85,9 @@ pub fn read_only_hint(error: &(dyn std::error::Error + 'static)) -> Option<Strin
     // systemd sets INVOCATION_ID for every service it starts.
     (read_only && std::env::var_os("INVOCATION_ID").is_some()).then(|| {
         "the flightrecd unit (ProtectSystem=strict) lets the daemon write only \
-         /var/lib/flightrec and /run/flightrec: create the directory, then allow it \
-         with `systemctl edit flightrecd`, adding ReadWritePaths=DIR under [Service]"
+         /var/lib/flightrec, /run/flightrec and /sys/fs/cgroup: allow another path with \
+         `systemctl edit flightrecd`, adding ReadWritePaths=PATH under [Service] (a \
+         directory must exist first)"
             .to_string()
     })
 }
