@@ -214,7 +214,10 @@ async fn serve(
     tokio::pin!(server);
     tracing::info!(socket = %socket_path.display(), "listening");
     notify(sd_notify::NotifyState::Ready);
-    let status_task = tokio::spawn(notify::keep_status(state.clone()));
+    // Only a service manager reads STATUS= (started by hand, no listing).
+    let status_task = std::env::var_os("NOTIFY_SOCKET")
+        .is_some()
+        .then(|| tokio::spawn(notify::keep_status(state.clone())));
     let watchdog_task = sd_notify::watchdog_enabled().map(|limit| {
         tracing::info!(
             "systemd watchdog: WATCHDOG=1 every {}s while the dump thread, the tracking drain \
@@ -238,7 +241,9 @@ async fn serve(
     if let Some(t) = watchdog_task {
         t.abort();
     }
-    status_task.abort();
+    if let Some(t) = status_task {
+        t.abort();
+    }
     // The dump under way finishes (its callers get their answer) first.
     match dump_task.await {
         Ok(Ok(())) => {}
