@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod cli;
 pub mod fleet;
 pub mod render;
 

@@ -25,6 +25,7 @@ pub mod fleet;
 mod nats;
 mod python;
 mod s3;
+pub mod systemd;
 pub use nats::{NatsCluster, NatsServer, free_port};
 pub use python::{GRPC_PYTHON, PythonClient};
 pub use s3::{S3S_FS_VERSION, S3Server};
@@ -81,19 +82,42 @@ pub fn bin_path(name: &str) -> PathBuf {
 }
 
 fn build_binaries(profile: &Path) -> Result<(), String> {
+    let (target_dir, profile_name) = target_and_profile(profile)?;
+    let status = cargo_command("build")
+        .args(["--bins", "-p", "flightrecd", "-p", "snapctl"])
+        .arg("--profile")
+        .arg(profile_name)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build exited with {status}"))
+    }
+}
+
+/// The target directory and cargo profile name of a profile dir.
+fn target_and_profile(profile: &Path) -> Result<(&Path, &str), String> {
     let target_dir = profile.parent().ok_or("profile dir has no parent")?;
     let profile_name = match profile.file_name().and_then(|n| n.to_str()) {
         Some("debug") => "dev",
         Some(other) => other,
         None => return Err("profile dir has no name".into()),
     };
+    Ok((target_dir, profile_name))
+}
+
+/// `cargo` (the one running the tests) on the workspace manifest, without
+/// the variables `cargo test` sets for this test: a build script that
+/// watches one (ring's watches OUT_DIR and CARGO_MANIFEST_DIR) would rerun,
+/// and everything above it be rebuilt here and again by the next plain
+/// `cargo build`.
+fn cargo_command(subcommand: &str) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let mut command = Command::new(cargo);
-    // Not the variables `cargo test` sets for this test: a build script
-    // that watches one (ring's watches OUT_DIR and CARGO_MANIFEST_DIR)
-    // would rerun, and everything above it be rebuilt here and again by
-    // the next plain `cargo build`.
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         let set_by_cargo = [
@@ -116,21 +140,89 @@ fn build_binaries(profile: &Path) -> Result<(), String> {
             command.env_remove(&*name);
         }
     }
-    let status = command
-        .args(["build", "--bins", "-p", "flightrecd", "-p", "snapctl"])
-        .arg("--profile")
-        .arg(profile_name)
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(target_dir)
-        .status()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo build exited with {status}"))
-    }
+    command.arg(subcommand).arg("--manifest-path").arg(manifest);
+    command
+}
+
+/// The Debian package as `cargo deb -p flightrecd` builds it (cargo-deb,
+/// installed by tests/prepare-host), into `<target>/debian/` of the running
+/// test: a release build, once per test process. `FLIGHTREC_TEST_DEB`
+/// names a package built beforehand instead.
+pub fn debian_package() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(deb) = std::env::var_os("FLIGHTREC_TEST_DEB") {
+                let deb = PathBuf::from(deb);
+                return if deb.is_file() {
+                    Ok(deb)
+                } else {
+                    Err(format!(
+                        "FLIGHTREC_TEST_DEB={} is not a file",
+                        deb.display()
+                    ))
+                };
+            }
+            let profile = profile_dir();
+            let (target_dir, _) = target_and_profile(&profile)?;
+            let out = target_dir.join("debian");
+            let _ = std::fs::remove_dir_all(&out);
+            // cargo-deb finds the target directory as cargo does.
+            let status = cargo_command("deb")
+                .args(["-p", "flightrecd", "--locked", "--output"])
+                .arg(&out)
+                .env("CARGO_TARGET_DIR", target_dir)
+                .status()
+                .map_err(|e| format!("running cargo deb: {e}"))?;
+            if !status.success() {
+                return Err(format!(
+                    "cargo deb exited with {status} (tests/prepare-host installs cargo-deb)"
+                ));
+            }
+            std::fs::read_dir(&out)
+                .map_err(|e| format!("{}: {e}", out.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| {
+                    p.extension().is_some_and(|x| x == "deb")
+                        && p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("flightrecd_"))
+                })
+                .ok_or_else(|| format!("no flightrecd_*.deb in {}", out.display()))
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("building the Debian package failed: {e}"))
+}
+
+/// A `flightrecd` built with the `testing` feature (its fault switches, see
+/// `flightrecd::control::HANG_DUMP_LABEL`), copied out of the target
+/// directory, where the next [`bin_path`] puts the plain build back.
+pub fn testing_flightrecd() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let profile = profile_dir();
+            let (target_dir, profile_name) = target_and_profile(&profile)?;
+            let status = cargo_command("build")
+                .args(["-p", "flightrecd", "--bin", "flightrecd"])
+                .args(["--features", "testing", "--profile", profile_name])
+                .arg("--target-dir")
+                .arg(target_dir)
+                .status()
+                .map_err(|e| format!("running cargo: {e}"))?;
+            if !status.success() {
+                return Err(format!(
+                    "cargo build --features testing exited with {status}"
+                ));
+            }
+            let copy = target_dir.join("flightrecd-testing");
+            std::fs::copy(profile.join("flightrecd"), &copy)
+                .map_err(|e| format!("copying flightrecd to {}: {e}", copy.display()))?;
+            Ok(copy)
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("building flightrecd with the testing feature failed: {e}"))
 }
 
 /// Fails the calling test unless it runs as root (perf events on every

@@ -334,8 +334,33 @@ fn systemd_is_told_ready_once_listening_and_stopping_on_sigterm() {
         .arg("-TERM")
         .arg(child.id().to_string())
         .status();
-    let n = notify.recv(&mut buf).expect("no STOPPING=1 after SIGTERM");
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    // STATUS= lines (the status `systemctl status` shows) come between.
+    let mut statuses = Vec::new();
+    loop {
+        let n = notify.recv(&mut buf).expect("no STOPPING=1 after SIGTERM");
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if msg.contains("STOPPING=1") {
+            break;
+        }
+        assert!(msg.starts_with("STATUS="), "unexpected notification: {msg}");
+        statuses.push(msg);
+    }
+    // The daemon records every online CPU (`0-3,8`: ranges and singles).
+    let cpus: usize = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .expect("online CPUs")
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    let plural = if cpus == 1 { "CPU" } else { "CPUs" };
+    assert_eq!(
+        statuses,
+        [format!("STATUS=recording {cpus} {plural}, 0 snapshots\n")],
+        "one STATUS= line before any dump"
+    );
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),

@@ -18,6 +18,12 @@ use crate::snapshot::perfdata::WriteOptions;
 use crate::store::StoreError;
 use crate::triggers::DumpSpec;
 
+/// Test builds only (the `testing` feature, never the release binary): a
+/// dump with this label hangs the dump thread for good, so a test can see
+/// the systemd watchdog restart the daemon.
+#[cfg(feature = "testing")]
+pub const HANG_DUMP_LABEL: &str = "testing-hang-dump-thread";
+
 /// Writes a capture to `dir/file_name` atomically; `compression` is a
 /// zstd level.
 fn write_capture(
@@ -48,6 +54,13 @@ impl State {
     /// what the snapshot holds, and they keep overwriting until it), then
     /// the name, the sidecar, the write, retention and Watch.
     pub(super) fn dump_blocking(&self, spec: &DumpSpec) -> DumpResult {
+        #[cfg(feature = "testing")]
+        if spec.label.as_deref() == Some(HANG_DUMP_LABEL) {
+            tracing::warn!("testing build: the dump thread hangs on purpose ({HANG_DUMP_LABEL})");
+            loop {
+                std::thread::park();
+            }
+        }
         let started = Instant::now();
         let cur = self.current();
         let snap = &cur.config.config.snapshot;

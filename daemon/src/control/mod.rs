@@ -35,6 +35,8 @@ use crate::recorder::Recorder;
 use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
 use crate::triggers::{self, Message, Outcome, Timing, Trigger, TriggerKind};
 pub use config::ConfigSource;
+#[cfg(feature = "testing")]
+pub use dump::HANG_DUMP_LABEL;
 pub use outcome::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, Stamped};
 pub use reload::ReloadError;
 
@@ -167,6 +169,16 @@ impl State {
         message: Message<DumpResult>,
     ) -> Result<(), mpsc::SendError<Message<DumpResult>>> {
         self.dump_tx.send(message)
+    }
+
+    /// Asks the dump thread to answer between dumps: the receiver resolves
+    /// once it did, and fails when the thread has ended. A dump that hangs
+    /// leaves it pending (the watchdog's probe).
+    pub fn ping_dump_thread(&self) -> oneshot::Receiver<()> {
+        let (answer, answered) = oneshot::channel();
+        // A send that fails drops `answer`: the receiver reports it.
+        let _ = self.send_to_dumps(Message::Ping(answer));
+        answered
     }
 
     /// Queues a dump; the receiver gets its result (API callers wait on

@@ -3,8 +3,10 @@
 //! the socket, starts the dump task, the loss watcher, the signal thread
 //! and the API server, and tears them down in order on SIGTERM/SIGINT.
 
+pub mod cli;
 mod logging;
 mod notify;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +66,30 @@ impl DaemonError {
             _ => 1,
         }
     }
+}
+
+/// Under the packaged unit (ProtectSystem=strict) every path but
+/// /var/lib/flightrec, /run/flightrec and /sys/fs/cgroup is read-only to
+/// the daemon: a start that failed on a read-only file system under systemd
+/// says how to allow another one. None for any other failure.
+pub fn read_only_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(error);
+    let mut read_only = false;
+    while let Some(e) = cause {
+        read_only |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ReadOnlyFilesystem)
+            || e.to_string().contains("Read-only file system");
+        cause = e.source();
+    }
+    // systemd sets INVOCATION_ID for every service it starts.
+    (read_only && std::env::var_os("INVOCATION_ID").is_some()).then(|| {
+        "the flightrecd unit (ProtectSystem=strict) lets the daemon write only \
+         /var/lib/flightrec, /run/flightrec and /sys/fs/cgroup: allow another path with \
+         `systemctl edit flightrecd`, adding ReadWritePaths=PATH under [Service] (a \
+         directory must exist first)"
+            .to_string()
+    })
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the config already
@@ -188,6 +214,18 @@ async fn serve(
     tokio::pin!(server);
     tracing::info!(socket = %socket_path.display(), "listening");
     notify(sd_notify::NotifyState::Ready);
+    // Only a service manager reads STATUS= (started by hand, no listing).
+    let status_task = std::env::var_os("NOTIFY_SOCKET")
+        .is_some()
+        .then(|| tokio::spawn(notify::keep_status(state.clone())));
+    let watchdog_task = sd_notify::watchdog_enabled().map(|limit| {
+        tracing::info!(
+            "systemd watchdog: WATCHDOG=1 every {}s while the dump thread, the tracking drain \
+             and the API answer",
+            (limit / 2).as_secs_f64()
+        );
+        tokio::spawn(watchdog::run(state.clone(), limit))
+    });
 
     let mut stop = state.shutdown_signal();
     let served = tokio::select! {
@@ -200,6 +238,12 @@ async fn serve(
         None => false,
     };
     notify(sd_notify::NotifyState::Stopping);
+    if let Some(t) = watchdog_task {
+        t.abort();
+    }
+    if let Some(t) = status_task {
+        t.abort();
+    }
     // The dump under way finishes (its callers get their answer) first.
     match dump_task.await {
         Ok(Ok(())) => {}

@@ -371,6 +371,12 @@ impl Recorder {
         Ok(lock(&self.live.tracking).log().current_table().lookup(tid))
     }
 
+    /// Rounds the tracking drain thread has completed (None: it is not
+    /// running). The watchdog waits for this to grow.
+    pub fn tracking_drain_rounds(&self) -> Option<u64> {
+        self.drain.as_ref().map(DrainThread::rounds)
+    }
+
     pub fn status(&self) -> RecorderStatus {
         let tracking = lock(&self.live.tracking);
         let lost_tracking = tracking.lost_per_cpu();

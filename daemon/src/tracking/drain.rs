@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -198,6 +199,9 @@ pub struct DrainThread {
     stop: Arc<EventFd>,
     /// Why the thread stopped on its own, if it did.
     failure: Arc<Mutex<Option<String>>>,
+    /// Drain rounds completed: the watchdog sees the thread alive when it
+    /// grows (a round runs at least every `DRAIN_INTERVAL_MS`).
+    rounds: Arc<AtomicU64>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -221,10 +225,18 @@ impl DrainThread {
         let stop_in_thread = Arc::clone(&stop);
         let failure = Arc::new(Mutex::new(None));
         let failure_in_thread = Arc::clone(&failure);
+        let rounds = Arc::new(AtomicU64::new(0));
+        let rounds_in_thread = Arc::clone(&rounds);
         let handle = std::thread::Builder::new()
             .name("tracking-drain".into())
             .spawn(move || {
-                if let Err(e) = drain_loop(&epoll, &stop_in_thread, &tracking, after_round) {
+                if let Err(e) = drain_loop(
+                    &epoll,
+                    &stop_in_thread,
+                    &tracking,
+                    &rounds_in_thread,
+                    after_round,
+                ) {
                     let msg = format!("waiting for tracking ring wakeups failed: {e}");
                     tracing::error!("{msg}; tracking records are now drained only by captures");
                     *failure_in_thread
@@ -235,8 +247,14 @@ impl DrainThread {
         Ok(Self {
             stop,
             failure,
+            rounds,
             handle: Some(handle),
         })
+    }
+
+    /// Drain rounds completed so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
     }
 
     /// Why the thread stopped by itself (it normally runs until dropped).
@@ -252,6 +270,7 @@ fn drain_loop(
     epoll: &Epoll,
     stop: &EventFd,
     tracking: &Mutex<Tracking>,
+    rounds: &AtomicU64,
     mut after_round: Box<dyn FnMut(&Epoll) + Send>,
 ) -> nix::Result<()> {
     let mut events = [EpollEvent::empty(); 64];
@@ -271,6 +290,7 @@ fn drain_loop(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain();
+        rounds.fetch_add(1, Ordering::Relaxed);
         after_round(epoll);
     }
 }

@@ -292,6 +292,9 @@ pub enum Message<R> {
     Timing(Timing),
     /// Finish the dump under way, serve what was accepted, stop.
     Shutdown,
+    /// Answered at once between dumps: the watchdog's proof that the dump
+    /// thread is not stuck (a hung dump leaves it unanswered).
+    Ping(oneshot::Sender<()>),
 }
 
 fn answer<R: Clone>(waiters: Vec<Waiter<R>>, result: &R, coalesced: bool) {
@@ -338,6 +341,9 @@ where
         match message {
             Message::Trigger(t) => sched.trigger(t),
             Message::Timing(t) => sched.set_timing(t),
+            Message::Ping(answer) => {
+                let _ = answer.send(());
+            }
             Message::Shutdown => break,
         }
     }
@@ -609,6 +615,49 @@ mod tests {
         );
         assert_eq!(*dumps.lock().unwrap(), vec![1, 4]);
         drop(tx);
+        thread.join().unwrap();
+    }
+
+    /// Sends a ping; Some(()) when the loop answered within `within`.
+    fn ping(tx: &std::sync::mpsc::Sender<Message<u32>>, within: Duration) -> Option<()> {
+        let (answer, answered) = oneshot::channel();
+        tx.send(Message::Ping(answer)).unwrap();
+        let deadline = Instant::now() + within;
+        let mut answered = answered;
+        loop {
+            match answered.try_recv() {
+                Ok(()) => return Some(()),
+                Err(oneshot::error::TryRecvError::Closed) => return None,
+                Err(oneshot::error::TryRecvError::Empty) if Instant::now() > deadline => {
+                    return None;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pings_are_answered_between_dumps_and_not_during_one() {
+        let (tx, dumps, thread) = spawn_loop(timing(60_000, 0), 1500);
+        assert_eq!(ping(&tx, Duration::from_secs(5)), Some(()), "idle");
+        let (_, first) = send(&tx, TriggerKind::Api);
+        started(&dumps, 1);
+        // The dump takes 1.5s: a ping sent during it waits for its end.
+        let during = Instant::now();
+        assert_eq!(ping(&tx, Duration::from_millis(500)), None, "mid-dump");
+        assert!(first.blocking_recv().is_ok());
+        assert!(during.elapsed() >= Duration::from_millis(500));
+        // A batch waiting 60s for its slot does not keep the loop busy.
+        let (_, _waiting) = send(&tx, TriggerKind::Api);
+        assert_eq!(
+            ping(&tx, Duration::from_secs(5)),
+            Some(()),
+            "waiting for a slot"
+        );
+        assert_eq!(dumps.lock().unwrap().len(), 1);
+        tx.send(Message::Shutdown).unwrap();
         thread.join().unwrap();
     }
 

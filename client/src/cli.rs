@@ -1,0 +1,260 @@
+//! The command line of snapctl, as clap parses it: kept in the library so
+//! that its manual pages and shell completions are generated from it
+//! (`flightrec-tests`' docs test), never written by hand.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use flightrec_config::{ByteSize, HumanDuration};
+
+use crate::fleet::parse_selector;
+
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  success
+  1  the daemon answered with an error (bad label or id, disk full, ...);
+     fleet dump: a host answered with an error, or did not answer;
+     fleet list/fetch: no such bucket or snapshot, the file exists, a
+     download that came short or corrupt
+  2  bad command line
+  3  cannot reach the daemon (no socket, nobody listening, connection lost,
+     no answer within --timeout), or NATS for `fleet`
+  4  permission denied on the socket (not root, not in its group)";
+
+/// Control flightrecd, the flight recorder: take, list, rotate and compress
+/// snapshots; show its status; follow its events.
+#[derive(Parser)]
+#[command(name = "snapctl", version, after_help = EXIT_CODES)]
+pub struct Args {
+    /// The daemon's socket. Default: $FLIGHTREC_SOCKET, else daemon.socket
+    /// from /etc/flightrec/flightrec.toml, else /run/flightrec/flightrecd.sock.
+    #[arg(long, global = true, value_name = "PATH", env = "FLIGHTREC_SOCKET")]
+    pub socket: Option<PathBuf>,
+
+    /// Print JSON (one object; `watch` prints one per line) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Give up (exit status 3) when the daemon does not answer within DUR,
+    /// e.g. 500ms or 1m: to connect, and to each call. `dump` and `watch`
+    /// may take longer as long as the daemon answers HTTP/2 pings within
+    /// DUR. Default: $FLIGHTREC_TIMEOUT, else 10s.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        env = "FLIGHTREC_TIMEOUT",
+        value_parser = parse_timeout
+    )]
+    pub timeout: Option<Duration>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Take a snapshot now and print its path (`perf script -i PATH` reads it).
+    Dump {
+        /// Free text added to the file name: letters, digits, '.', '_', '-',
+        /// at most 64 characters, not starting with '.'.
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+        /// Compress with zstd even if the daemon's config says "none".
+        #[arg(long)]
+        compress: bool,
+    },
+    /// List the snapshots, oldest first.
+    List,
+    /// Apply retention now; each option tightens the configured limit for
+    /// this call only.
+    Rotate {
+        /// Keep at most N snapshots (the newest), N >= 1 (see --all).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        keep: Option<u32>,
+        /// Keep at most SIZE bytes of snapshots, e.g. 500MiB.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_bytes: Option<u64>,
+        /// Remove snapshots older than DUR, e.g. 2h or 7d.
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        max_age: Option<u64>,
+        /// Remove every snapshot. Without it, a rotate that would remove
+        /// them all is refused and removes nothing.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Replace a snapshot by its zstd-compressed form (atomically).
+    Compress {
+        /// The snapshot's id, as `snapctl list` shows it.
+        id: String,
+        /// zstd level 1..=22 (default: the configured level).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=22))]
+        level: Option<i32>,
+    },
+    /// Show events, rings, loss counters, tracking health, store usage and
+    /// the last dump's timings.
+    Status,
+    /// Print snapshot, loss and trigger events as they happen.
+    Watch {
+        /// Exit after N events.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
+    /// Make the daemon re-read its config (a bad file is rejected and the
+    /// running config kept).
+    Reload,
+    /// List the configured [[trigger]] conditions: how often each fired,
+    /// dumped and was held by its rate limit, and when it last fired.
+    Triggers,
+    /// Write a tarball of a snapshot and the files its samples need, named
+    /// by build-id (like `perf archive`): extract it into DIR and run
+    /// `perf --buildid-dir DIR report -i ID.perf.data` on any machine.
+    /// Runs with your rights: files you cannot read are listed as missing.
+    /// The tarball gets the snapshot's mode and group, without access for
+    /// other users when it holds the kernel's symbols (kallsyms).
+    Archive {
+        /// The snapshot's id (as `snapctl list` shows it) or a path to a
+        /// .perf.data file (then the daemon is not asked).
+        snapshot: String,
+        /// The tarball to write. Default: ./ID.tar.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Leave out /proc/kallsyms (kernel symbol addresses): kernel
+        /// frames then resolve only where the reader has the same kernel.
+        #[arg(long)]
+        no_kallsyms: bool,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a plain (uncompressed) copy of a compressed snapshot, for
+    /// readers without zstd (hotspot's perfparser).
+    Decompress {
+        /// The snapshot's id or a path to a .perf.data file.
+        snapshot: String,
+        /// The copy to write (with the snapshot's mode and group).
+        /// Default: ./ID.plain.perf.data.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Talk to every daemon of the fleet over NATS ([fleet] in the config):
+    /// ask them all for a snapshot (dump), list what they uploaded into the
+    /// JetStream object store (list), download one (fetch).
+    Fleet {
+        /// A NATS server. Default: nats of [fleet] in
+        /// /etc/flightrec/flightrec.toml, else nats://127.0.0.1:4222.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Subject prefix. Default: subject of [fleet], else flightrec.
+        #[arg(long, value_name = "PREFIX")]
+        subject: Option<String>,
+        /// The JetStream object store bucket of the uploads (list, fetch).
+        /// Default: bucket of [fleet], else flightrec.
+        #[arg(long, value_name = "BUCKET", value_parser = parse_bucket)]
+        bucket: Option<String>,
+        /// A NATS credentials file. Default: creds of [fleet].
+        #[arg(long, value_name = "FILE", conflicts_with = "user")]
+        creds: Option<PathBuf>,
+        /// A NATS user (with --password-file). Default: user of [fleet].
+        #[arg(long, value_name = "NAME", requires = "password_file")]
+        user: Option<String>,
+        /// The file holding --user's password.
+        #[arg(long, value_name = "FILE", requires = "user")]
+        password_file: Option<PathBuf>,
+        // Boxed: the other commands are much smaller.
+        #[command(subcommand)]
+        command: Box<FleetCommand>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum FleetCommand {
+    /// Ask every daemon (or those --select picks) for a snapshot; print one
+    /// line per host that answered within --wait, and the --expect hosts
+    /// that did not. Exit status 1 when a host failed or did not answer.
+    Dump {
+        /// The snapshots' label (see `snapctl dump --label`).
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+        /// Only hosts whose [fleet] labels have KEY=VALUE (repeat: all must
+        /// match; host=NAME matches the fleet host name).
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_selector)]
+        select: Vec<(String, String)>,
+        /// Compress with zstd even if a daemon's config says "none".
+        #[arg(long)]
+        compress: bool,
+        /// How long to collect replies, e.g. 10s.
+        #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+        wait: Duration,
+        /// Hosts that should answer (comma-separated): the ones that did
+        /// not are listed, and the wait ends once all have answered.
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        expect: Vec<String>,
+        /// Ask this host only (on <subject>.dump.HOST; expected to answer).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+    },
+    /// List the snapshots the daemons uploaded into the bucket.
+    ///
+    /// One line each, newest first: host, id, size, creation time (UTC),
+    /// trigger, compression, label; with --json
+    /// {"snapshots": [{"host", "id", "label", "trigger", "bytes",
+    /// "compressed", "created_unix_ns"}, ...]}. Objects that are not
+    /// snapshots are skipped with a warning on stderr. Exit status 1 when
+    /// the bucket does not exist (nothing was uploaded yet).
+    List {
+        /// Only the snapshots of this fleet host.
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+    },
+    /// Download one snapshot of the bucket; print the path written.
+    ///
+    /// `perf script -i PATH` reads it. The file appears only once complete,
+    /// of the size and SHA-256 digest the store and the snapshot's headers
+    /// give: a cut or interrupted download leaves nothing behind. Exit
+    /// status 1 when there is no such snapshot, the file exists (see
+    /// --force) or the download came short or corrupt.
+    Fetch {
+        /// The snapshot, as `snapctl fleet list` shows it: HOST/ID.
+        #[arg(value_name = "HOST/ID", value_parser = crate::fleet::store::parse_snapshot_ref)]
+        snapshot: (String, String),
+        /// The file to write (or a directory to write ID.perf.data into).
+        /// Default: ./ID.perf.data.
+        #[arg(short, long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A JetStream bucket name, as `[fleet] bucket` accepts it.
+fn parse_bucket(s: &str) -> Result<String, String> {
+    if crate::fleet::store::valid_bucket_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a bucket name: 1 to 64 characters from A-Z a-z 0-9 _ -"
+        ))
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    ByteSize::parse(s).map(ByteSize::bytes)
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = HumanDuration::parse(s)?.get();
+    if d.is_zero() {
+        return Err("the timeout must be more than 0".into());
+    }
+    Ok(d)
+}
+
+fn parse_duration(s: &str) -> Result<u64, String> {
+    HumanDuration::parse(s).map(|d| d.get().as_secs())
+}
