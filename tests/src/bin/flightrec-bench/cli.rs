@@ -17,7 +17,8 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory, loss, fleet; and soak, 20 minutes, only when named).
+    /// memory, loss, fleet; compress-priority, and soak (20 minutes), only
+    /// when named).
     #[arg(
         long,
         value_delimiter = ',',

@@ -69,6 +69,9 @@ fn main() -> Result<()> {
     if args.wants("fleet") {
         sections.push(scenarios::fleet(&args)?);
     }
+    if args.wants("compress-priority") {
+        sections.push(scenarios::compress_priority(&args)?);
+    }
     if args.wants("soak") {
         sections.push(scenarios::soak(&args)?);
     }

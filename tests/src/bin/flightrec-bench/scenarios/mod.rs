@@ -1,6 +1,7 @@
 //! The scenarios, each measuring both recorders the same way and returning
 //! one table.
 
+mod compress_priority;
 mod compression;
 mod fleet;
 mod loss;
@@ -18,6 +19,7 @@ use anyhow::Result;
 use crate::MIB;
 use crate::workload::BackgroundLoad;
 
+pub use compress_priority::compress_priority;
 pub use compression::compression;
 pub use fleet::fleet;
 pub use loss::loss;
