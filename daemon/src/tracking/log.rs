@@ -15,10 +15,11 @@
 //! CPUs one after another, so the log's order can be off by the length of a
 //! round: each record after the checkpoint is placed by its own time.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use super::process_table::{DroppedCounts, ProcessCounts, ProcessTable, TrackingLimits};
-use super::record::{parse, record_time};
+use super::record::{Parsed, TrackingRecord, parse, record_time};
 use crate::ring::Corruption;
 use crate::ring::size_at_end::{SizeAtEndError, SizeAtEndRing};
 use crate::tracking::state::ProcessState;
@@ -54,6 +55,45 @@ pub struct TrackingLog {
     checkpoint_bytes: u64,
     bytes_since_checkpoint: u64,
     rejected: u64,
+    file_names: FileNames,
+}
+
+/// One string per mapped file name, shared by every map that names it:
+/// the tables hold the maps of every process the log covers (tens of
+/// thousands when short processes churn), mostly of the same few files.
+#[derive(Default)]
+struct FileNames {
+    names: HashSet<Arc<str>>,
+    /// Names no map uses any more are dropped when the set reaches this.
+    prune_at: usize,
+}
+
+impl FileNames {
+    const MIN_PRUNE_AT: usize = 1024;
+
+    /// `record` parsed, its map's file name replaced by the shared one.
+    fn parse(&mut self, record: &[u8]) -> Option<Parsed> {
+        let mut parsed = parse(record)?;
+        if let TrackingRecord::Mmap { map, .. } = &mut parsed.record {
+            self.share(&mut map.filename);
+        }
+        Some(parsed)
+    }
+
+    fn share(&mut self, name: &mut Arc<str>) {
+        if let Some(known) = self.names.get(&**name) {
+            *name = Arc::clone(known);
+            return;
+        }
+        if self.names.len() >= self.prune_at {
+            // Amortised: the set at least doubles between two prunes, so
+            // names of files mapped once (or by a hostile process that
+            // maps many) never accumulate.
+            self.names.retain(|n| Arc::strong_count(n) > 1);
+            self.prune_at = (self.names.len() * 2).max(Self::MIN_PRUNE_AT);
+        }
+        self.names.insert(Arc::clone(name));
+    }
 }
 
 /// The tracking records of a snapshot window and the state before it.
@@ -115,6 +155,7 @@ impl TrackingLog {
             checkpoints: VecDeque::new(),
             checkpoint_bytes: checkpoint_bytes.max(1),
             bytes_since_checkpoint: 0,
+            file_names: FileNames::default(),
             rejected: 0,
         })
     }
@@ -124,12 +165,13 @@ impl TrackingLog {
     /// counted and dropped.
     pub fn append(&mut self, record: &[u8]) {
         let base = &mut self.base;
+        let file_names = &mut self.file_names;
         let mut evicted = false;
         let result = self.ring.append(record, |old| {
             evicted = true;
             base.seq += 1;
             base.max_time = max_time(base.max_time, record_time(old));
-            if let Some(parsed) = parse(old) {
+            if let Some(parsed) = file_names.parse(old) {
                 base.table.apply(&parsed);
             }
         });
@@ -138,7 +180,7 @@ impl TrackingLog {
         } else {
             self.appended += 1;
             self.live_max_time = max_time(self.live_max_time, record_time(record));
-            if let Some(parsed) = parse(record) {
+            if let Some(parsed) = self.file_names.parse(record) {
                 self.live.apply(&parsed);
             }
             self.bytes_since_checkpoint += record.len() as u64;
