@@ -525,3 +525,54 @@ mod checkpoint_tests {
         assert_eq!(log.limits(), limits);
     }
 }
+
+#[cfg(test)]
+mod file_name_tests {
+    use super::super::record::build;
+    use super::*;
+    use crate::tracking::state::MapState;
+
+    fn mmap_of(name: &str) -> Vec<u8> {
+        let map = MapState {
+            start: 0x1000,
+            len: 0x1000,
+            prot: 5,
+            filename: name.into(),
+            ..MapState::default()
+        };
+        build::mmap2(7, 7, &map, 1)
+    }
+
+    fn file_name(parsed: &Parsed) -> Arc<str> {
+        match &parsed.record {
+            TrackingRecord::Mmap { map, .. } => Arc::clone(&map.filename),
+            other => panic!("not a map: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn maps_of_the_same_file_share_one_string() {
+        let mut names = FileNames::default();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let a = file_name(&names.parse(&mmap_of(libc)).unwrap());
+        let b = file_name(&names.parse(&mmap_of(libc)).unwrap());
+        let other = file_name(&names.parse(&mmap_of("/usr/bin/ls")).unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*a, libc);
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_eq!(names.names.len(), 2);
+    }
+
+    #[test]
+    fn names_no_map_uses_are_dropped_and_the_set_stays_bounded() {
+        let mut names = FileNames::default();
+        let kept = file_name(&names.parse(&mmap_of("/usr/bin/kept")).unwrap());
+        // A process mapping ever new names, none of them kept by a table.
+        for i in 0..100_000 {
+            names.parse(&mmap_of(&format!("/tmp/plant-{i}"))).unwrap();
+            assert!(names.names.len() <= FileNames::MIN_PRUNE_AT, "{i}");
+        }
+        let again = file_name(&names.parse(&mmap_of("/usr/bin/kept")).unwrap());
+        assert!(Arc::ptr_eq(&kept, &again), "a name in use survives pruning");
+    }
+}
