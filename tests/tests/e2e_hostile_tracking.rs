@@ -243,10 +243,15 @@ fn a_wrapping_tracking_log_keeps_at_most_max_checkpoints_and_flat_memory() {
     require_root("a_wrapping_tracking_log_keeps_at_most_max_checkpoints_and_flat_memory");
     // 16 KiB between checkpoints would make 64 of them in a 1 MiB log;
     // max_checkpoints = 4 widens the interval to 256 KiB.
-    let d = Daemon::start(
-        "[buffers]\ntracking_log = \"1MiB\"\n[tracking]\ncheckpoint_interval = \"16KiB\"\n\
-         max_checkpoints = 4\n[snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n",
-    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = flightrec_tests::test_config(
+        dir.path(),
+        "[tracking]\ncheckpoint_interval = \"16KiB\"\nmax_checkpoints = 4\n\
+         [snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n",
+    )
+    .replacen("tracking_log = \"4MiB\"", "tracking_log = \"1MiB\"", 1);
+    assert!(text.contains("tracking_log = \"1MiB\""), "{text}");
+    let d = Daemon::start_in(dir, &text, &[]);
     let t = churn_until_evicted(&d, 0, 1);
     assert_eq!(t["checkpoint_interval_bytes"], 256 * 1024, "{t}");
     // The log full and wrapped once more: the table holds what it covers.
