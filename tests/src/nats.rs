@@ -170,8 +170,31 @@ impl Drop for NatsServer {
     }
 }
 
-/// A loopback port nobody listened on a moment ago.
+/// A loopback port nobody listened on a moment ago, below the kernel's
+/// ephemeral range: a port from that range (what binding port 0 gives) can
+/// go to any outgoing connection before the server binds it, such as a
+/// cluster node dialing a route to a node not up yet ("address already in
+/// use"). Successive calls in one process never repeat a port.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOWEST + 1000 {
+        let span = ephemeral_low - LOWEST;
+        // Test binaries run one after the other; the pid spreads them.
+        let base = std::process::id().wrapping_mul(7919) % span;
+        for _ in 0..span {
+            let port = LOWEST + (base + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            let port = u16::try_from(port).expect("below the ephemeral range");
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
