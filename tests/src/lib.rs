@@ -612,3 +612,15 @@ impl Drop for Watcher {
         let _ = self.child.wait();
     }
 }
+
+/// VmRSS of `pid` in bytes.
+pub fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+        * 1024
+}

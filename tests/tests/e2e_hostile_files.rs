@@ -18,23 +18,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Load, flightrecd_to_end, require_root, snapshot_id, test_config};
+use flightrec_tests::{
+    Daemon, Load, flightrecd_to_end, require_root, rss, snapshot_id, test_config,
+};
 
 const NOBODY: u32 = 65534;
 const MIB: u64 = 1 << 20;
 /// Debian's (with python3-fusepy), readable by nobody.
 const PYTHON: &str = "/usr/bin/python3";
-
-/// VmRSS of `pid` in bytes.
-fn rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
 
 /// Maps `argv[1]` sparse ELF files of /dev/shm whose note section is
 /// `argv[2]` bytes long and which have no program headers (the kernel finds

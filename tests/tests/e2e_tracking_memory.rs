@@ -7,21 +7,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, require_root};
+use flightrec_tests::{Daemon, require_root, rss};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
-
-/// VmRSS of `pid` in bytes.
-fn rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/PID/status")
-        * 1024
-}
 
 fn tracking(d: &Daemon) -> Value {
     d.json(&["status"])["tracking"].clone()
