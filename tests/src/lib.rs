@@ -217,8 +217,7 @@ pub fn testing_flightrecd() -> PathBuf {
                 ));
             }
             let copy = target_dir.join("flightrecd-testing");
-            std::fs::copy(profile.join("flightrecd"), &copy)
-                .map_err(|e| format!("copying flightrecd to {}: {e}", copy.display()))?;
+            copy_executable(profile.join("flightrecd"), &copy);
             Ok(copy)
         })
         .clone()
@@ -623,4 +622,25 @@ pub fn rss(pid: i32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
         * 1024
+}
+
+/// Copies an executable to `to` with `cp`, so that this process never holds
+/// a descriptor open for writing on it. Copied in process, the descriptor
+/// is inherited by whatever child another test thread forks at that moment
+/// (until it execs), and executing the copy then fails with "Text file
+/// busy".
+pub fn copy_executable(from: impl AsRef<Path>, to: impl AsRef<Path>) {
+    let (from, to) = (from.as_ref(), to.as_ref());
+    let status = std::process::Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("running cp: {e}"));
+    assert!(
+        status.success(),
+        "cp {} {} exited with {status}",
+        from.display(),
+        to.display()
+    );
 }

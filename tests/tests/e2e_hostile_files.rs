@@ -405,7 +405,7 @@ fn a_fifo_planted_at_a_mapped_path_does_not_block_the_archive() {
     let home = tempfile::tempdir().unwrap();
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let program = home.path().join("fr-user-yes");
-    std::fs::copy("/usr/bin/yes", &program).unwrap();
+    flightrec_tests::copy_executable("/usr/bin/yes", &program);
     nix::unistd::chown(&program, Some(nix::unistd::Uid::from_raw(NOBODY)), None).unwrap();
     let mut spinner = Command::new(&program)
         .uid(NOBODY)

@@ -530,7 +530,7 @@ impl Spinners {
     fn start(name: &str, count: usize) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let exe = dir.path().join(name);
-        std::fs::copy("/bin/sh", &exe).expect("copy /bin/sh");
+        flightrec_tests::copy_executable("/bin/sh", &exe);
         let children = (0..count)
             .map(|_| {
                 Command::new(&exe)

@@ -16,7 +16,7 @@ use serde_json::Value;
 /// A copy of /bin/true under a recognisable name, to exec.
 fn probe_program(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::copy("/bin/true", &path).expect("copy /bin/true");
+    flightrec_tests::copy_executable("/bin/true", &path);
     path
 }
 
