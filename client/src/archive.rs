@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
-use flightrecd::snapshot::reader::{self, BuildIdTableEntry, ReadError};
+use flightrec_perfdata::reader::{self, BuildIdTableEntry, ReadError};
 use thiserror::Error;
 
 /// Largest decompressed data section [`write_plain_copy`] writes.

@@ -123,7 +123,8 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let host = Arc::new(HostInfo::gather_for(&capture.events).unwrap());
+    let host =
+        Arc::new(HostInfo::gather(&flightrecd::recorder::tracepoints_of(&capture.events)).unwrap());
 
     println!(
         "\n{:<14} {:>10} {:>8} {:>14} {:>14}",

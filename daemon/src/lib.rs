@@ -2,7 +2,8 @@
 //!
 //! The modules follow the data flow (ARCHITECTURE.md has the details):
 //! [`perf`] (the only module that talks to the kernel, the only `unsafe`) →
-//! [`ring`] (pure walks over ring bytes) → [`tracking`] (tracking drain,
+//! [`ring`] (pure walks over ring bytes) → [`host`] (what is read from the
+//! machine: host facts, clock, modules, tracefs formats) → [`tracking`] (tracking drain,
 //! tracking log, process table) → [`recorder`] (the live rings and the
 //! capture) → [`snapshot`] (the perf.data writer and output file) →
 //! [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
@@ -13,11 +14,12 @@
 
 #![deny(unsafe_code)]
 
-pub mod abi;
+pub use flightrec_perfdata::abi;
 pub mod api;
 pub mod control;
 pub mod daemon;
 pub mod fleet;
+pub mod host;
 pub mod log_limit;
 pub mod perf;
 pub mod recorder;

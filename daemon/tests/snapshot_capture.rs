@@ -104,7 +104,9 @@ fn captured_snapshots_read_in_perf_with_comms_symbols_and_losses() {
         ..Default::default()
     };
     let recorder = Recorder::start(&config).unwrap();
-    let host = Arc::new(HostInfo::gather_for(&recorder.events()).unwrap());
+    let host = Arc::new(
+        HostInfo::gather(&flightrecd::recorder::tracepoints_of(&recorder.events())).unwrap(),
+    );
     let child = run_known_child(dir.path());
 
     // Keep the CPUs busy and hold each ring paused a while: samples are

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use flightrecd::abi::{RecordHeader, record_type};
 use flightrecd::recorder::HostInfo;
-use flightrecd::recorder::host::tracepoints_of;
+use flightrecd::recorder::tracepoints_of;
 use flightrecd::snapshot::output::{compress_snapshot, write_snapshot};
 use flightrecd::snapshot::perfdata::WriteOptions;
 

@@ -2,11 +2,13 @@
 //!
 //! Generated at build time from `proto/flightrec.proto` (see `build.rs`; no
 //! `protoc` needed). The daemon serves it over a Unix socket and `snapctl`
-//! is its client.
+//! is its client. [`object`]: the names and headers of snapshots uploaded
+//! by the fleet, which `snapctl fleet` reads.
 
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod object;
 
 /// Messages and the client/server stubs of `flightrec.v1`.
 #[allow(clippy::all, missing_docs)]

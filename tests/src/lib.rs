@@ -22,6 +22,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod fleet;
+pub mod layers;
 mod nats;
 mod python;
 mod s3;

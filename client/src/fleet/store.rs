@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::object_store::ObjectInfo;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE;
-use flightrecd::fleet::object::{ObjectHeaders, object_name, parse_object_name};
+use flightrec_proto::object::{ObjectHeaders, object_name, parse_object_name};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 

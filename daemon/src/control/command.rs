@@ -11,12 +11,12 @@ use super::outcome::{DumpDone, DumpFailure, DumpTimings};
 use super::{ReloadError, State};
 use crate::recorder::{EventInfo, RecorderStatus};
 use crate::snapshot::output::{self, SnapshotError};
-use crate::snapshot::reader::ReadError;
 use crate::store::{
     RetentionPolicy, RewriteError, SnapshotInfo, Store, StoreError, Usage, retention,
     retention_entries, unix_ns,
 };
 use crate::triggers::{Outcome, TriggerKind};
+use flightrec_perfdata::reader::ReadError;
 
 /// A request, as the dispatcher takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct StatusReport {
     pub dumps: u64,
     pub triggers: Vec<super::conditions::TriggerStatus>,
     /// None without `[fleet]`.
-    pub fleet: Option<crate::fleet::FleetReport>,
+    pub fleet: Option<super::fleet_status::FleetReport>,
 }
 
 /// A command's result.

@@ -18,6 +18,7 @@ pub mod command;
 pub mod conditions;
 pub mod config;
 mod dump;
+pub mod fleet_status;
 pub mod loss;
 pub mod outcome;
 mod reload;
@@ -66,7 +67,7 @@ pub struct State {
     reload_lock: tokio::sync::Mutex<()>,
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
     /// The fleet connection (None inside without `[fleet]`).
-    pub fleet: Arc<crate::fleet::FleetStatus>,
+    pub fleet: Arc<fleet_status::FleetStatus>,
     /// `Compress` requests running and waiting.
     compressions: command::CompressQueue,
 }

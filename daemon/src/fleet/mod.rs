@@ -17,17 +17,18 @@ pub mod upload;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event as NatsEvent, Message};
 use flightrec_config::{FleetConfig, check_host, quoted};
 use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
 
+use crate::control::fleet_status::{FleetReport, FleetStatus};
 use crate::control::{self, State};
 use crate::log_limit::{RateLimitedWarning, cut};
-use crate::store::{unix_ns, validate_label};
+use crate::store::validate_label;
 use crate::triggers::{Outcome, TriggerKind};
 pub use request::{FleetReply, FleetRequest};
 
@@ -43,75 +44,6 @@ pub const MAX_WAITING_REQUESTS: usize = 16;
 /// payloads, not the 64Ki messages async-nats holds by default (measured:
 /// 6,000 requests of 60 KB grew a debug daemon by 300 MiB).
 pub const SUBSCRIPTION_CAPACITY: usize = 16;
-
-/// The fleet connection as `Status` shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FleetReport {
-    /// "connecting", "connected", "disconnected" or "stopped" (a setting
-    /// the daemon cannot use: see `last_error`).
-    pub state: &'static str,
-    pub host: String,
-    pub servers: Vec<String>,
-    /// "" when nothing went wrong yet.
-    pub last_error: String,
-    pub last_error_unix_ns: i64,
-    /// Dump requests this host was selected by.
-    pub requests: u64,
-    /// Requests refused as malformed.
-    pub bad_requests: u64,
-    /// Replies sent with a snapshot.
-    pub dumps: u64,
-    pub bucket: String,
-    /// "jetstream", "s3"; empty with `upload = false`.
-    pub upload_destinations: Vec<String>,
-    pub uploads_pending: u32,
-    pub uploaded: u64,
-    pub upload_failures: u64,
-    pub last_upload_error: String,
-    pub last_upload_unix_ns: i64,
-}
-
-/// Shared between the connection task, its event callback and `Status`;
-/// None without `[fleet]`.
-#[derive(Debug, Default)]
-pub struct FleetStatus {
-    report: Mutex<Option<FleetReport>>,
-    /// Wakes the uploader: a snapshot was written.
-    uploads: tokio::sync::Notify,
-}
-
-impl FleetStatus {
-    /// A snapshot was written: the uploader looks at the queue now.
-    pub fn wake_uploads(&self) {
-        self.uploads.notify_one();
-    }
-
-    pub fn report(&self) -> Option<FleetReport> {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<FleetReport>> {
-        self.report.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn update(&self, f: impl FnOnce(&mut FleetReport)) {
-        if let Some(r) = self.lock().as_mut() {
-            f(r);
-        }
-    }
-
-    fn set_state(&self, state: &'static str) {
-        self.update(|r| r.state = state);
-    }
-
-    fn set_error(&self, error: String) {
-        tracing::warn!("fleet: {error}");
-        self.update(|r| {
-            r.last_error = error;
-            r.last_error_unix_ns = unix_ns(SystemTime::now());
-        });
-    }
-}
 
 /// The host name in the fleet: `fleet.host`, else the machine's.
 pub fn fleet_host(fleet: &FleetConfig) -> String {

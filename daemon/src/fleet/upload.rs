@@ -14,7 +14,7 @@ use async_nats::Client;
 use flightrec_config::{FleetConfig, S3Config};
 
 use super::jetstream::{self, JetStreamDestination};
-use super::object::ObjectHeaders;
+use super::object::headers_of;
 use super::s3::S3Destination;
 use crate::control::outcome::Uploaded;
 use crate::control::{self, Event, State};
@@ -95,7 +95,7 @@ impl Uploader {
                 RESCAN
             };
             tokio::select! {
-                () = self.state.fleet.uploads.notified() => {}
+                () = self.state.fleet.uploads_woken() => {}
                 () = tokio::time::sleep(pause) => {}
                 () = control::stopped(&mut stop) => return,
             }
@@ -193,7 +193,7 @@ impl Uploader {
         snapshot.bytes = read.bytes;
         snapshot.compressed = read.compressed;
         let file = read.file;
-        let headers = ObjectHeaders::of(&self.host, &self.labels, &snapshot, read.digest);
+        let headers = headers_of(&self.host, &self.labels, &snapshot, read.digest);
         let deadline = upload_deadline(snapshot.bytes);
         let (object, sent) = match destination {
             JETSTREAM => {

@@ -32,12 +32,12 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::rings::{CpuRing, Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
 use crate::abi::layout::RecordLayouts;
+use crate::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
 use crate::perf::tracking_ring::TrackingRing;
@@ -231,8 +231,10 @@ impl Recorder {
             .and_then(|k| parse_kallsyms_text(&k));
         // Taken before /proc/modules is read: a module loaded after that
         // read gets a record dated no later than its load.
-        let modules_read_ns = super::host::sample_clock_ns().unwrap_or(0);
-        let host = Arc::new(HostInfo::gather_for(&live.rings().events)?);
+        let modules_read_ns = crate::host::sample_clock_ns().unwrap_or(0);
+        let host = Arc::new(HostInfo::gather(&super::tracepoints_of(
+            &live.rings().events,
+        ))?);
         lock(&tracking).watch_modules(ModuleWatch::new(
             &host.modules,
             modules_read_ns,
@@ -352,7 +354,7 @@ impl Recorder {
         let watch = ModuleWatch::reading(
             source,
             &known,
-            super::host::sample_clock_ns().unwrap_or(0),
+            crate::host::sample_clock_ns().unwrap_or(0),
             tracking.attr,
             tracking.ids.first().copied().unwrap_or(0),
         );
@@ -578,7 +580,7 @@ mod tests {
 
     fn sample(id: u64, time: u64) -> Vec<u8> {
         // identifier, tid, time, cpu
-        crate::ring::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
+        crate::abi::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
     }
 
     #[test]

@@ -54,7 +54,7 @@ mod tests {
 
     fn sample(id: u64, time: u64) -> Vec<u8> {
         // identifier, tid, time, cpu
-        crate::ring::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
+        crate::abi::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
     }
 
     #[test]

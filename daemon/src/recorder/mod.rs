@@ -5,14 +5,10 @@
 //! - [`start`]: the config's `[[event]]` tables resolved and checked against
 //!   the kernel, then [`Recorder::start`];
 //! - [`capture`]: the [`Recorder`] itself (open, freeze-copy-resume, status);
-//! - [`host`]: facts about the machine and the tracepoint formats, gathered
-//!   once at start so that writing a snapshot reads nothing from /proc;
 //! - [`maps_needed`]: which processes' maps a snapshot must carry.
 
 pub mod capture;
-pub mod host;
 mod hotplug;
-pub mod machine;
 pub mod maps_needed;
 mod rings;
 pub mod start;
@@ -23,8 +19,8 @@ use crate::abi::EventAttr;
 use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
+pub use crate::host::HostInfo;
 pub use capture::{CaptureError, CpuStatus, Recorder, RecorderConfig, RecorderStatus};
-pub use host::HostInfo;
 pub use start::{EventInfo, StartError};
 
 /// One configured event as the kernel opened it: the attr passed to
@@ -39,6 +35,17 @@ pub struct EventDescriptor {
     pub ids: Vec<u64>,
     /// `(system, name)` for tracepoints: the TRACING_DATA feature needs them.
     pub tracepoint: Option<(String, String)>,
+}
+
+/// The `(system, name)` of every tracepoint event, in event order.
+pub fn tracepoints_of(events: &[EventDescriptor]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for tp in events.iter().filter_map(|e| e.tracepoint.clone()) {
+        if !out.contains(&tp) {
+            out.push(tp);
+        }
+    }
+    out
 }
 
 /// The records one CPU's sample ring held when it was frozen.

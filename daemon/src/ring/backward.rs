@@ -12,9 +12,9 @@
 //! Each header is read once into a local before it is checked and used, so
 //! the walk stays in bounds even over bytes that change while it runs.
 
-use super::corruption::{Corruption, CorruptionReason, check_header};
 use super::wrap;
 use crate::abi::{HEADER_SIZE, RecordHeader};
+use flightrec_perfdata::records::{Corruption, CorruptionReason, check_header};
 
 /// The intact records of a backward ring: `len` bytes starting at
 /// `head & mask`, newest record first, possibly wrapping at the end of the

@@ -15,13 +15,7 @@
 //! what they cannot trust as a [`Corruption`] instead of panicking.
 
 pub mod backward;
-mod corruption;
-mod linear;
 pub mod size_at_end;
 mod wrap;
 
-pub use corruption::{Corruption, CorruptionReason};
-pub use linear::{Records, records};
-
-#[cfg(test)]
-pub(crate) mod test_records;
+pub use flightrec_perfdata::records::{Corruption, CorruptionReason, Records, records};

@@ -17,9 +17,9 @@
 
 use std::borrow::Cow;
 
-use super::corruption::{Corruption, CorruptionReason, check_header};
 use super::wrap;
 use crate::abi::{HEADER_SIZE, RecordHeader};
+use flightrec_perfdata::records::{Corruption, CorruptionReason, check_header};
 
 /// Bytes of the size written after each record.
 pub const TRAILER_SIZE: usize = 8;

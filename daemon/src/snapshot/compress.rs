@@ -127,24 +127,20 @@ pub fn split_jobs(data: &[u8]) -> Vec<&[u8]> {
 }
 
 /// The records packed in `bytes` (COMPRESSED records unpacked, others as
-/// they are) and the largest uncompressed payload of one record. COMPRESSED
-/// records are not 8-aligned, so this walks headers itself; tests only.
+/// they are) and the largest uncompressed payload of one record; tests only.
 #[cfg(test)]
 pub(crate) fn unpack(bytes: &[u8]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
     let mut largest = 0;
-    let mut pos = 0;
-    while pos < bytes.len() {
-        let h = RecordHeader::parse(&bytes[pos..]).unwrap();
-        let r = &bytes[pos..pos + usize::from(h.size)];
+    for record in flightrec_perfdata::records::file_records(bytes) {
+        let (h, r) = record.unwrap();
         if h.type_ == record_type::COMPRESSED {
-            let d = zstd::decode_all(&r[8..]).unwrap();
+            let d = zstd::decode_all(&r[HEADER_SIZE..]).unwrap();
             largest = largest.max(d.len());
             out.extend_from_slice(&d);
         } else {
             out.extend_from_slice(r);
         }
-        pos += usize::from(h.size);
     }
     (out, largest)
 }
@@ -154,7 +150,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::ring::test_records::{kernel_record, record, suspect_tail};
+    use crate::abi::test_records::{kernel_record, record, suspect_tail};
 
     #[test]
     fn packs_large_compressible_data_under_the_cap_and_round_trips() {

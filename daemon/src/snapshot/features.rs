@@ -1,36 +1,11 @@
 //! Feature sections of a perf.data file, in the layouts perf's
 //! tools/perf/util/header.c reads them. Pure encoders: bytes out.
 
+use crate::host::machine::{CacheLevel, CpuTopology, MemTopology, NumaNode};
+use crate::host::{ClockReference, HostInfo, TracingSource};
 use crate::recorder::EventDescriptor;
-use crate::recorder::host::{ClockReference, HostInfo, TracingSource};
-use crate::recorder::machine::{CacheLevel, CpuTopology, MemTopology, NumaNode};
 
-/// Feature bits (`enum HEADER_FEAT`).
-pub mod bit {
-    pub const TRACING_DATA: u32 = 1;
-    pub const BUILD_ID: u32 = 2;
-    pub const HOSTNAME: u32 = 3;
-    pub const OSRELEASE: u32 = 4;
-    pub const VERSION: u32 = 5;
-    pub const ARCH: u32 = 6;
-    pub const NRCPUS: u32 = 7;
-    pub const CPUDESC: u32 = 8;
-    pub const CPUID: u32 = 9;
-    pub const TOTAL_MEM: u32 = 10;
-    pub const CMDLINE: u32 = 11;
-    pub const EVENT_DESC: u32 = 12;
-    pub const CPU_TOPOLOGY: u32 = 13;
-    pub const NUMA_TOPOLOGY: u32 = 14;
-    pub const PMU_MAPPINGS: u32 = 16;
-    pub const CACHE: u32 = 20;
-    pub const SAMPLE_TIME: u32 = 21;
-    pub const MEM_TOPOLOGY: u32 = 22;
-    pub const CLOCKID: u32 = 23;
-    pub const COMPRESSED: u32 = 27;
-    pub const CLOCK_DATA: u32 = 29;
-    /// Size of the header's feature bitmap in bits.
-    pub const BITMAP_BITS: u32 = 256;
-}
+pub use flightrec_perfdata::format::bit;
 
 /// perf aligns feature strings (NUL included) to this.
 const NAME_ALIGN: usize = 64;
@@ -225,8 +200,6 @@ pub struct BuildIdEntry {
     pub filename: String,
 }
 
-/// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the entry's size byte is valid.
-const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
 /// `struct perf_record_header_build_id` without its filename.
 const BUILD_ID_EVENT_SIZE: usize = 36;
 
@@ -243,7 +216,7 @@ pub fn build_ids(entries: &[BuildIdEntry]) -> Vec<u8> {
         };
         let id = &e.build_id[..e.build_id.len().min(20)];
         push_u32(&mut out, 0); // type: unused in the header table
-        out.extend_from_slice(&(e.misc | MISC_BUILD_ID_SIZE).to_le_bytes());
+        out.extend_from_slice(&(e.misc | crate::abi::misc::BUILD_ID_SIZE).to_le_bytes());
         out.extend_from_slice(&size.to_le_bytes());
         out.extend_from_slice(&(-1i32).to_le_bytes());
         let mut id20 = [0u8; 20];
@@ -325,7 +298,7 @@ pub fn tracing_data<'a>(
 mod tests {
     use super::*;
     use crate::abi::get_u32;
-    use crate::recorder::host::TracepointFormat;
+    use crate::host::TracepointFormat;
 
     #[test]
     fn strings_are_padded_to_64_with_their_nul() {

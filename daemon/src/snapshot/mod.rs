@@ -5,7 +5,8 @@
 //! - [`features`]: the feature sections (TRACING_DATA, EVENT_DESC, ...);
 //! - [`compress`]: zstd packing into PERF_RECORD_COMPRESSED, in parallel;
 //! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
-//! - [`reader`]: reading a written snapshot back, to compress it later;
+//! - [`recompress`]: a written snapshot compressed later (read with
+//!   `flightrec_perfdata::reader`);
 //! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
 //!   atomic rename): [`output::write_snapshot`] and
 //!   [`output::compress_snapshot`].
@@ -14,7 +15,7 @@ pub mod compress;
 pub mod features;
 pub mod output;
 pub mod perfdata;
-pub mod reader;
+pub mod recompress;
 pub mod synth;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -28,9 +28,9 @@ use memmap2::MmapMut;
 use thiserror::Error;
 
 use super::perfdata::{DataSummary, PerfData, PerfDataError, WriteOptions, write_perf_data};
-use super::reader::{ReadError, recompress_file};
+use super::recompress::{ReadError, recompress_file};
+use crate::host::{HostInfo, HostInfoError};
 use crate::recorder::Capture;
-use crate::recorder::host::{HostInfo, HostInfoError};
 
 /// Snapshot files are readable by the owner's group (the operators).
 pub const FILE_MODE: u32 = 0o640;
@@ -194,12 +194,11 @@ pub fn write_snapshot_in_group(
     let host: &HostInfo = match &opts.host {
         Some(h) => h,
         None => {
-            gathered = HostInfo::gather_for(&capture.events).map_err(|source| {
-                SnapshotError::HostInfo {
+            gathered = HostInfo::gather(&crate::recorder::tracepoints_of(&capture.events))
+                .map_err(|source| SnapshotError::HostInfo {
                     path: path.clone(),
                     source,
-                }
-            })?;
+                })?;
             &gathered
         }
     };

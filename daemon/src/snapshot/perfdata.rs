@@ -26,35 +26,16 @@ use thiserror::Error;
 
 use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
 
-/// `PROT_EXEC` in an MMAP2 record's prot.
-const PROT_EXEC: u32 = 4;
-
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features::{self, bit};
 use super::synth::{self, SampleId};
-use crate::recorder::host::{HostInfo, format_id, tracepoints_of};
+use crate::host::{HostInfo, format_id};
+use crate::recorder::tracepoints_of;
 use crate::recorder::{Capture, EventDescriptor};
-
-/// Size of the PERFILE2 header.
-pub const FILE_HEADER_SIZE: usize = 104;
-pub const MAGIC: &[u8; 8] = b"PERFILE2";
-/// Offset of the header's 256-bit feature bitmap (`adds_features`).
-pub const FEATURE_BITMAP_OFFSET: usize = 0x48;
-
-/// Whether `header`, the first bytes of a file, is a PERFILE2 header with
-/// feature `bit` set. A prefix too short to hold that bit says no.
-pub fn has_feature(header: &[u8], bit: u32) -> bool {
-    header.starts_with(MAGIC)
-        && header
-            .get(FEATURE_BITMAP_OFFSET + (bit / 8) as usize)
-            .is_some_and(|byte| byte & (1 << (bit % 8)) != 0)
-}
-
-/// Whether `header` is that of a compressed perf.data file (the COMPRESSED
-/// feature is set).
-pub fn is_compressed(header: &[u8]) -> bool {
-    has_feature(header, bit::COMPRESSED)
-}
+pub use flightrec_perfdata::format::{
+    FEATURE_BITMAP_OFFSET, FILE_HEADER_SIZE, LEVELS, LevelError, MAGIC, check_level, feature_index,
+    file_header, has_feature, is_compressed,
+};
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -72,8 +53,8 @@ pub enum PerfDataError {
         config: u64,
         format_id: u64,
     },
-    #[error("zstd compression level {level} is out of range {min}..={max}")]
-    InvalidCompressionLevel { level: i32, min: i32, max: i32 },
+    #[error(transparent)]
+    Level(#[from] LevelError),
     #[error("compressing the records: {source}")]
     Compress { source: std::io::Error },
 }
@@ -225,21 +206,6 @@ fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError>
         }
     }
     Ok(())
-}
-
-/// zstd levels accepted: those `perf record -z --compression-level` takes.
-pub const LEVELS: std::ops::RangeInclusive<i32> = 1..=22;
-
-pub fn check_level(level: i32) -> Result<(), PerfDataError> {
-    if LEVELS.contains(&level) {
-        Ok(())
-    } else {
-        Err(PerfDataError::InvalidCompressionLevel {
-            level,
-            min: *LEVELS.start(),
-            max: *LEVELS.end(),
-        })
-    }
 }
 
 /// Encodes `capture` as a perf.data file perf 6.1 reads.
@@ -539,7 +505,7 @@ fn build_id_entries(
     let mut all: BTreeSet<(String, BuildId)> = BTreeSet::new();
     let mut add = |map: &MapState| {
         if let Some(id) = map.build_id
-            && map.prot & PROT_EXEC != 0
+            && map.prot & crate::abi::mmap_prot::EXEC != 0
             && map.filename.starts_with('/')
         {
             all.insert((map.filename.to_string(), id));
@@ -565,39 +531,6 @@ fn build_id_entries(
             }),
     );
     out
-}
-
-/// The feature index table at `index_offset` for `bodies` placed right
-/// after it; returns it and the bodies' total length.
-pub fn feature_index(index_offset: u64, bodies: &[impl AsRef<[u8]>]) -> (Vec<u8>, u64) {
-    let mut index = Vec::with_capacity(bodies.len() * 16);
-    let mut offset = index_offset + (bodies.len() * 16) as u64;
-    for b in bodies {
-        let len = b.as_ref().len() as u64;
-        index.extend_from_slice(&offset.to_le_bytes());
-        index.extend_from_slice(&len.to_le_bytes());
-        offset += len;
-    }
-    (index, offset - index_offset - (bodies.len() * 16) as u64)
-}
-
-/// The 104-byte PERFILE2 header.
-pub fn file_header(attrs: (u64, u64), data: (u64, u64), feature_bits: &[u32]) -> [u8; 104] {
-    let mut h = [0u8; FILE_HEADER_SIZE];
-    h[0..8].copy_from_slice(MAGIC);
-    h[8..16].copy_from_slice(&(FILE_HEADER_SIZE as u64).to_le_bytes());
-    h[16..24].copy_from_slice(&((ATTR_SIZE + 16) as u64).to_le_bytes());
-    h[24..32].copy_from_slice(&attrs.0.to_le_bytes());
-    h[32..40].copy_from_slice(&attrs.1.to_le_bytes());
-    h[40..48].copy_from_slice(&data.0.to_le_bytes());
-    h[48..56].copy_from_slice(&data.1.to_le_bytes());
-    // event_types {0, 0} at 0x38
-    for &b in feature_bits {
-        if b < bit::BITMAP_BITS {
-            h[FEATURE_BITMAP_OFFSET + (b / 8) as usize] |= 1 << (b % 8);
-        }
-    }
-    h
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -828,7 +761,7 @@ mod tests {
 
     #[test]
     fn modules_loaded_after_start_get_one_map_each_and_their_build_ids() {
-        use crate::recorder::host::KernelModule;
+        use crate::host::KernelModule;
         use crate::tracking::modules::LoadedModule;
         let t0 = crate::snapshot::testing::T0;
         let mut capture = synthetic_capture(&SyntheticSpec::default());
@@ -937,7 +870,7 @@ mod tests {
         let cpu0 = &mut capture.cpus[0];
         let time = cpu0.newest_ns.unwrap();
         // id, lost, then sample_id: pid/tid, time, cpu, identifier.
-        let lost = crate::ring::test_records::with_words(
+        let lost = crate::abi::test_records::with_words(
             record_type::LOST,
             &[1000, 5, 1 | (1 << 32), time, 0, 1000],
         );
@@ -983,7 +916,7 @@ mod tests {
             };
             assert!(matches!(
                 write_perf_data(&capture, &host, &bad_level),
-                Err(PerfDataError::InvalidCompressionLevel { .. })
+                Err(PerfDataError::Level(LevelError { .. }))
             ));
         }
     }
@@ -1010,7 +943,7 @@ mod tests {
             let data = write_perf_data(&capture, &host, &opts).unwrap();
             let bytes = data.to_vec();
             proptest::prop_assert_eq!(bytes.len() as u64, data.len());
-            let parsed = crate::snapshot::reader::parse(&bytes).unwrap();
+            let parsed = flightrec_perfdata::reader::parse(&bytes).unwrap();
             // COMPRESSED records are not 8-aligned (perf does not pad them):
             // check the records they hold.
             let records = match level {
@@ -1038,7 +971,7 @@ mod tests {
 
     #[test]
     fn scan_stops_at_a_record_the_walker_rejects() {
-        use crate::ring::test_records::record;
+        use crate::abi::test_records::record;
         let sample = record(record_type::SAMPLE, 16, 1);
         for bad in [record(0, 8, 0), record(record_type::SAMPLE, 12, 0)] {
             let data = [sample.clone(), bad, sample.clone()].concat();
@@ -1050,8 +983,8 @@ mod tests {
         /// scan_records counts over exactly the records the walker yields.
         #[test]
         fn scan_agrees_with_the_walker(
-            good in proptest::collection::vec(crate::ring::test_records::kernel_record(256), 0..40),
-            tail in crate::ring::test_records::suspect_tail(),
+            good in proptest::collection::vec(crate::abi::test_records::kernel_record(256), 0..40),
+            tail in crate::abi::test_records::suspect_tail(),
         ) {
             let data = [good.concat(), tail].concat();
             let walked: Vec<_> = crate::ring::records(&data).map_while(Result::ok).collect();
@@ -1088,15 +1021,15 @@ mod tests {
         let plain = write_perf_data(&capture, &host, &WriteOptions::default())
             .unwrap()
             .to_vec();
-        let packed = crate::snapshot::reader::recompress(&plain, 5).unwrap();
+        let packed = crate::snapshot::recompress::recompress(&plain, 5).unwrap();
         let bytes = packed.to_vec();
         assert_eq!(bytes.len() as u64, packed.len());
         let seen = read_back(&bytes);
         check(&seen, &spec);
         assert_eq!(seen.times, read_back(&plain).times);
         assert!(matches!(
-            crate::snapshot::reader::recompress(&bytes, 5),
-            Err(crate::snapshot::reader::ReadError::AlreadyCompressed)
+            crate::snapshot::recompress::recompress(&bytes, 5),
+            Err(flightrec_perfdata::reader::ReadError::AlreadyCompressed)
         ));
     }
 }

@@ -6,11 +6,9 @@ use crate::abi::{
 };
 
 use super::synth::{SampleId, push_sample_id};
-use crate::recorder::host::{
+use crate::host::machine::{CacheLevel, CpuIds, CpuTopology, MachineFacts, MemTopology, NumaNode};
+use crate::host::{
     ClockReference, HostInfo, KernelModule, TracepointFormat, TracingSource, format_id,
-};
-use crate::recorder::machine::{
-    CacheLevel, CpuIds, CpuTopology, MachineFacts, MemTopology, NumaNode,
 };
 use crate::recorder::{Capture, CpuCapture, EventDescriptor};
 use crate::tracking::state::{MapState, ProcessState};
@@ -519,7 +517,7 @@ pub fn synthetic_host(format: &str) -> HostInfo {
 pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
     use crate::abi::get_u32;
     use crate::snapshot::features::bit;
-    use crate::snapshot::reader::parse;
+    use flightrec_perfdata::reader::parse;
 
     let file = parse(bytes).map_err(|e| e.to_string())?;
     let attr_size = crate::abi::get_u64(bytes, 0x10) as usize;

@@ -142,7 +142,7 @@ fn meta_file_name(id: &str) -> String {
 /// Whether a perf.data header (a prefix of at least 0x4C bytes) has the
 /// COMPRESSED feature set.
 pub fn header_says_compressed(header: &[u8]) -> bool {
-    crate::snapshot::perfdata::is_compressed(header)
+    flightrec_perfdata::format::is_compressed(header)
 }
 
 fn read_compressed_flag(path: &Path) -> bool {

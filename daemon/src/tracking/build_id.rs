@@ -295,7 +295,7 @@ impl BuildIds {
     }
 }
 
-const PROT_EXEC: u32 = 4;
+use crate::abi::mmap_prot::EXEC as PROT_EXEC;
 
 /// The file an executable MMAP2 record without a build-id names.
 fn mmap2_file(record: &[u8]) -> Option<MappedFile> {

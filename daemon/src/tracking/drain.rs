@@ -181,7 +181,7 @@ impl Tracking {
         let Some(watch) = &mut self.modules else {
             return 0;
         };
-        let Some(now_ns) = crate::recorder::host::sample_clock_ns() else {
+        let Some(now_ns) = crate::host::sample_clock_ns() else {
             return 0;
         };
         self.scratch.clear();

@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::abi::EventAttr;
-use crate::recorder::host::{KernelModule, PROC_MODULES, describe_modules, parse_proc_modules};
-use crate::snapshot::synth::{SampleId, push_module_mmap};
+use crate::host::{KernelModule, PROC_MODULES, describe_modules, parse_proc_modules};
+use flightrec_perfdata::encode::{SampleId, push_module_mmap};
 
 /// How often /proc/modules is re-read at most.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -224,8 +224,8 @@ impl ModuleWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::bare_modules;
     use crate::perf::tracking_ring::tracking_attr;
-    use crate::recorder::host::bare_modules;
     use crate::tracking::record::{TrackingRecord, parse};
 
     const BEFORE: &str = "\

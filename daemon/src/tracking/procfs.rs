@@ -8,9 +8,7 @@ use super::process_table::ProcessTable;
 use crate::tracking::maps::Maps;
 use crate::tracking::state::{MapState, ProcessState};
 
-const PROT_READ: u32 = 1;
-const PROT_WRITE: u32 = 2;
-const PROT_EXEC: u32 = 4;
+use crate::abi::mmap_prot::{EXEC as PROT_EXEC, READ as PROT_READ, WRITE as PROT_WRITE};
 const MAP_SHARED: u32 = 1;
 const MAP_PRIVATE: u32 = 2;
 

@@ -1,7 +1,7 @@
 use super::*;
 use crate::abi::record_type;
+use crate::abi::test_records::{kernel_record, record};
 use crate::ring::records;
-use crate::ring::test_records::{kernel_record, record};
 use proptest::prelude::*;
 
 /// The kernel's backward writer (kernel/events/ring_buffer.c,

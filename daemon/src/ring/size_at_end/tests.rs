@@ -1,6 +1,6 @@
 use super::*;
 use crate::abi::record_type;
-use crate::ring::test_records::{kernel_record, record};
+use crate::abi::test_records::{kernel_record, record};
 use proptest::prelude::*;
 
 fn comm(size: u16, fill: u8) -> Vec<u8> {

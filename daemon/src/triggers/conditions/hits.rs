@@ -59,7 +59,7 @@ pub fn parse_hits(bytes: &[u8]) -> Hits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::test_records::with_words;
+    use crate::abi::test_records::with_words;
 
     #[test]
     fn samples_and_lost_counts_are_read() {

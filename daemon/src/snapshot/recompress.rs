@@ -1,123 +1,20 @@
-//! Reading back a snapshot this writer produced, to compress it later:
-//! header, the bytes before the data section (ids, attrs), the data
-//! section, the feature sections. Every offset is checked; bad input is an
-//! error, never a panic.
+//! Compressing a snapshot after it was written: the file re-encoded with
+//! its data section packed into COMPRESSED records, everything else kept
+//! byte for byte.
 
 use std::borrow::Cow;
 
-use thiserror::Error;
-
 use crate::abi::get_u64;
+use flightrec_perfdata::format::{
+    FILE_HEADER_SIZE, bit, check_level, feature_bits, feature_index, file_header, is_perf_data,
+};
+use flightrec_perfdata::reader::parse;
+
+pub use flightrec_perfdata::reader::ReadError;
 
 use super::compress;
-use super::features::{self, bit};
-use super::perfdata::{
-    CompressionSummary, DataSummary, FEATURE_BITMAP_OFFSET, FILE_HEADER_SIZE, MAGIC, PerfData,
-    check_level, feature_index, file_header,
-};
-
-#[derive(Debug, Error)]
-pub enum ReadError {
-    #[error("not a perf.data file (bad magic or header size)")]
-    NotPerfData,
-    #[error("the {what} section ({offset}+{size}) lies outside the {len}-byte file")]
-    OutOfBounds {
-        what: &'static str,
-        offset: u64,
-        size: u64,
-        len: u64,
-    },
-    #[error("the file is already compressed")]
-    AlreadyCompressed,
-    #[error("the data section does not end on a record boundary ({torn} bytes left over)")]
-    TornData { torn: u64 },
-    #[error("the {what} take {size} bytes, more than a snapshot ever has")]
-    TooLarge { what: &'static str, size: u64 },
-    #[error("reading: {0}")]
-    Io(std::io::Error),
-    #[error("{0}")]
-    Level(#[from] super::perfdata::PerfDataError),
-    #[error("compressing the records: {0}")]
-    Compress(std::io::Error),
-    #[error("the file is not compressed")]
-    NotCompressed,
-    #[error("decompressing the records: {0}")]
-    Decompress(std::io::Error),
-    #[error("the decompressed records take more than {limit} bytes")]
-    DecompressedTooLarge { limit: u64 },
-}
-
-/// A parsed PERFILE2 file, borrowing from its bytes.
-#[derive(Debug)]
-pub struct ParsedFile<'a> {
-    /// The file from its first byte up to the data section (header, ids,
-    /// attrs): offsets inside it stay valid as long as the data section
-    /// starts at the same place.
-    pub before_data: &'a [u8],
-    pub data: &'a [u8],
-    pub attrs: (u64, u64),
-    /// `(feature bit, body)` in ascending bit order.
-    pub features: Vec<(u32, &'a [u8])>,
-}
-
-fn section<'a>(
-    bytes: &'a [u8],
-    what: &'static str,
-    offset: u64,
-    size: u64,
-) -> Result<&'a [u8], ReadError> {
-    let len = bytes.len() as u64;
-    let oob = || ReadError::OutOfBounds {
-        what,
-        offset,
-        size,
-        len,
-    };
-    let end = offset.checked_add(size).ok_or_else(oob)?;
-    if end > len {
-        return Err(oob());
-    }
-    Ok(&bytes[offset as usize..end as usize])
-}
-
-pub fn parse(bytes: &[u8]) -> Result<ParsedFile<'_>, ReadError> {
-    if bytes.len() < FILE_HEADER_SIZE
-        || &bytes[..8] != MAGIC
-        || get_u64(bytes, 8) != FILE_HEADER_SIZE as u64
-    {
-        return Err(ReadError::NotPerfData);
-    }
-    let attrs = (get_u64(bytes, 0x18), get_u64(bytes, 0x20));
-    section(bytes, "attrs", attrs.0, attrs.1)?;
-    let (data_offset, data_size) = (get_u64(bytes, 0x28), get_u64(bytes, 0x30));
-    let data = section(bytes, "data", data_offset, data_size)?;
-    if data_offset < FILE_HEADER_SIZE as u64 || attrs.0.saturating_add(attrs.1) > data_offset {
-        return Err(ReadError::OutOfBounds {
-            what: "data",
-            offset: data_offset,
-            size: data_size,
-            len: bytes.len() as u64,
-        });
-    }
-    let bitmap = &bytes[FEATURE_BITMAP_OFFSET..FEATURE_BITMAP_OFFSET + 32];
-    let bits: Vec<u32> = (0..bit::BITMAP_BITS)
-        .filter(|b| bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0)
-        .collect();
-    let index_offset = data_offset + data_size;
-    let index = section(bytes, "feature index", index_offset, bits.len() as u64 * 16)?;
-    let mut feats = Vec::with_capacity(bits.len());
-    for (i, b) in bits.into_iter().enumerate() {
-        let off = get_u64(index, i * 16);
-        let size = get_u64(index, i * 16 + 8);
-        feats.push((b, section(bytes, "feature", off, size)?));
-    }
-    Ok(ParsedFile {
-        before_data: &bytes[..data_offset as usize],
-        data,
-        attrs,
-        features: feats,
-    })
-}
+use super::features;
+use super::perfdata::{CompressionSummary, DataSummary, PerfData};
 
 /// Re-encodes an uncompressed snapshot with its data section packed into
 /// COMPRESSED records (in parallel) and the COMPRESSED feature added;
@@ -148,120 +45,6 @@ pub fn recompress(bytes: &[u8], level: i32) -> Result<PerfData<'_>, ReadError> {
         packed,
         level,
     ))
-}
-
-/// `PERF_RECORD_COMPRESSED`.
-const RECORD_COMPRESSED: u32 = 81;
-
-/// A plain copy of a compressed perf.data file, for readers without zstd
-/// (hotspot's perfparser): every COMPRESSED record replaced by the records
-/// it holds (all of them one zstd stream, as perf reads them), the
-/// COMPRESSED feature dropped, everything else kept byte for byte.
-/// `limit` bounds the decompressed data (a hostile file could expand to
-/// anything).
-pub fn decompress(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
-    use std::io::Write;
-    let file = parse(bytes)?;
-    if !file.features.iter().any(|(b, _)| *b == bit::COMPRESSED) {
-        return Err(ReadError::NotCompressed);
-    }
-    let mut stream =
-        zstd::stream::write::Decoder::new(Vec::new()).map_err(ReadError::Decompress)?;
-    // COMPRESSED records need not be 8-aligned: walk by header sizes.
-    let mut at = 0usize;
-    while at < file.data.len() {
-        let rest = &file.data[at..];
-        let size = rest
-            .get(6..8)
-            .map_or(0, |s| usize::from(u16::from_le_bytes([s[0], s[1]])));
-        if size < crate::abi::HEADER_SIZE || size > rest.len() {
-            return Err(ReadError::TornData {
-                torn: rest.len() as u64,
-            });
-        }
-        let record = &rest[..size];
-        if crate::abi::get_u32(record, 0) == RECORD_COMPRESSED {
-            stream
-                .write_all(&record[crate::abi::HEADER_SIZE..])
-                .and_then(|()| stream.flush())
-                .map_err(ReadError::Decompress)?;
-        } else {
-            stream.get_mut().extend_from_slice(record);
-        }
-        if stream.get_ref().len() as u64 > limit {
-            return Err(ReadError::DecompressedTooLarge { limit });
-        }
-        at += size;
-    }
-    let data = stream.into_inner();
-    let feats: Vec<(u32, &[u8])> = file
-        .features
-        .iter()
-        .filter(|(b, _)| *b != bit::COMPRESSED)
-        .copied()
-        .collect();
-    let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
-    let data_offset = file.before_data.len() as u64;
-    let index_offset = data_offset + data.len() as u64;
-    let (index, _) = feature_index(
-        index_offset,
-        &feats.iter().map(|(_, b)| b).collect::<Vec<_>>(),
-    );
-    let mut out = Vec::with_capacity(bytes.len() + data.len());
-    out.extend_from_slice(&file_header(
-        file.attrs,
-        (data_offset, data.len() as u64),
-        &bits,
-    ));
-    out.extend_from_slice(&file.before_data[FILE_HEADER_SIZE..]);
-    out.extend_from_slice(&data);
-    out.extend_from_slice(&index);
-    for (_, body) in feats {
-        out.extend_from_slice(body);
-    }
-    Ok(out)
-}
-
-/// One entry of a file's BUILD_ID feature.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildIdTableEntry {
-    /// `PERF_RECORD_MISC_KERNEL` or `_USER` (cpumode bits).
-    pub cpumode: u16,
-    pub build_id: Vec<u8>,
-    pub filename: String,
-}
-
-/// The entries of the BUILD_ID feature of `bytes` (none without it).
-/// Entries that do not parse end the list.
-pub fn build_id_table(bytes: &[u8]) -> Result<Vec<BuildIdTableEntry>, ReadError> {
-    let file = parse(bytes)?;
-    let Some((_, body)) = file.features.iter().find(|(b, _)| *b == bit::BUILD_ID) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    while at + 36 <= body.len() {
-        let misc = u16::from_le_bytes([body[at + 4], body[at + 5]]);
-        let size = usize::from(u16::from_le_bytes([body[at + 6], body[at + 7]]));
-        if size < 36 || at + size > body.len() {
-            break;
-        }
-        // PERF_RECORD_MISC_BUILD_ID_SIZE: byte 32 holds the id's length.
-        let id_len = if misc & (1 << 15) != 0 {
-            usize::from(body[at + 32]).min(20)
-        } else {
-            20
-        };
-        let name = &body[at + 36..at + size];
-        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-        out.push(BuildIdTableEntry {
-            cpumode: misc & crate::abi::misc::CPUMODE_MASK,
-            build_id: body[at + 12..at + 12 + id_len].to_vec(),
-            filename: String::from_utf8_lossy(name).into_owned(),
-        });
-        at += size;
-    }
-    Ok(out)
 }
 
 /// Largest header-to-data region or feature total [`recompress_file`]
@@ -296,7 +79,7 @@ pub fn recompress_file(file: &std::fs::File, level: i32) -> Result<PerfData<'sta
         return Err(ReadError::NotPerfData);
     }
     let header = read("header", 0, FILE_HEADER_SIZE as u64)?;
-    if &header[..8] != MAGIC || get_u64(&header, 8) != FILE_HEADER_SIZE as u64 {
+    if !is_perf_data(&header) {
         return Err(ReadError::NotPerfData);
     }
     let attrs = (get_u64(&header, 0x18), get_u64(&header, 0x20));
@@ -322,10 +105,7 @@ pub fn recompress_file(file: &std::fs::File, level: i32) -> Result<PerfData<'sta
         });
     }
     let before_data = read("attrs", 0, data_offset)?;
-    let bitmap = &header[FEATURE_BITMAP_OFFSET..FEATURE_BITMAP_OFFSET + 32];
-    let bits: Vec<u32> = (0..bit::BITMAP_BITS)
-        .filter(|b| bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0)
-        .collect();
+    let bits = feature_bits(&header);
     if bits.contains(&bit::COMPRESSED) {
         return Err(ReadError::AlreadyCompressed);
     }
@@ -445,6 +225,7 @@ mod tests {
     use crate::snapshot::testing::{
         SCHED_SWITCH_FORMAT, SyntheticSpec, synthetic_capture, synthetic_host,
     };
+    use flightrec_perfdata::reader::{build_id_table, decompress};
 
     fn small_file() -> Vec<u8> {
         let capture = synthetic_capture(&SyntheticSpec {
@@ -548,18 +329,5 @@ mod tests {
                 prop_assert!(parse(&out).is_ok());
             }
         }
-    }
-
-    #[test]
-    fn garbage_is_an_error_not_a_panic() {
-        assert!(matches!(parse(b"short"), Err(ReadError::NotPerfData)));
-        let mut h = file_header((104, 0), (104, 1 << 40), &[3]).to_vec();
-        assert!(matches!(parse(&h), Err(ReadError::OutOfBounds { .. })));
-        h = file_header((104, 0), (104, 0), &[3]).to_vec();
-        // index entry missing
-        assert!(matches!(parse(&h), Err(ReadError::OutOfBounds { .. })));
-        h.extend_from_slice(&u64::MAX.to_le_bytes());
-        h.extend_from_slice(&2u64.to_le_bytes());
-        assert!(matches!(parse(&h), Err(ReadError::OutOfBounds { .. })));
     }
 }

@@ -150,7 +150,7 @@ mod tests {
     use super::*;
 
     fn record(type_: u32, words: &[u64]) -> Vec<u8> {
-        crate::ring::test_records::with_words(type_, words)
+        crate::abi::test_records::with_words(type_, words)
     }
 
     const TRACEPOINT: u64 =

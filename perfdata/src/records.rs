@@ -1,7 +1,24 @@
-//! Records laid out one after another, as a copied-out ring range is.
+//! The one record walker: records laid out one after another, as a
+//! copied-out ring range is ([`records`], every header checked as the
+//! kernel writes them) and as a perf.data file's data section or BUILD_ID
+//! feature holds them ([`file_records`]: the perf tool's own types too, and
+//! sizes that need not be 8-aligned, as COMPRESSED records are).
 
-use super::corruption::{Corruption, CorruptionReason, check_header};
+mod corruption;
+
+pub use corruption::{Corruption, CorruptionReason, check_header};
+
 use crate::abi::{HEADER_SIZE, RecordHeader};
+
+/// Which headers a walk accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// As the kernel writes them into a ring ([`check_header`]).
+    Ring,
+    /// As a perf.data file holds them: any type, any size that holds a
+    /// header.
+    File,
+}
 
 /// Iterates the records of `bytes`, each item the whole record (header
 /// included). The first record that fails validation is returned as an
@@ -11,6 +28,17 @@ pub fn records(bytes: &[u8]) -> Records<'_> {
         bytes,
         offset: 0,
         done: false,
+        rules: Rules::Ring,
+    }
+}
+
+/// [`records`] with the rules of a perf.data file: records of the perf
+/// tool (COMPRESSED, FINISHED_ROUND, the BUILD_ID feature's entries) pass,
+/// and a size need only hold a header.
+pub fn file_records(bytes: &[u8]) -> Records<'_> {
+    Records {
+        rules: Rules::File,
+        ..records(bytes)
     }
 }
 
@@ -20,6 +48,7 @@ pub struct Records<'a> {
     bytes: &'a [u8],
     offset: usize,
     done: bool,
+    rules: Rules,
 }
 
 impl<'a> Records<'a> {
@@ -45,7 +74,15 @@ impl<'a> Records<'a> {
                 remaining,
             });
         };
-        check_header(&header, u64::from(u16::MAX))?;
+        match self.rules {
+            Rules::Ring => check_header(&header, u64::from(u16::MAX))?,
+            Rules::File if usize::from(header.size) < HEADER_SIZE => {
+                return Err(CorruptionReason::SizeTooSmall {
+                    size: u64::from(header.size),
+                });
+            }
+            Rules::File => {}
+        }
         let size = usize::from(header.size);
         match rest.get(..size) {
             Some(record) => Ok((header, record)),
@@ -84,7 +121,7 @@ impl<'a> Iterator for Records<'a> {
 mod tests {
     use super::*;
     use crate::abi::record_type;
-    use crate::ring::test_records::record;
+    use crate::abi::test_records::record;
 
     #[test]
     fn yields_each_record_whole() {
@@ -99,6 +136,24 @@ mod tests {
         assert_eq!(records(&[]).count(), 0);
         assert_eq!(records(&bytes).intact_len(), bytes.len());
         assert_eq!(records(&bytes[..bytes.len() - 1]).intact_len(), a.len());
+    }
+
+    #[test]
+    fn file_rules_take_unaligned_and_tool_records() {
+        let compressed = record(record_type::COMPRESSED, 13, 7);
+        let round = record(record_type::FINISHED_ROUND, 8, 0);
+        let bytes = [compressed.clone(), round.clone()].concat();
+        assert!(records(&bytes).next().unwrap().is_err());
+        let got: Vec<_> = file_records(&bytes).map(|r| r.unwrap().1).collect();
+        assert_eq!(got, [&compressed[..], &round[..]]);
+        let short = record(record_type::SAMPLE, 4, 0);
+        assert_eq!(
+            file_records(&short).next(),
+            Some(Err(Corruption {
+                offset: 0,
+                reason: CorruptionReason::SizeTooSmall { size: 4 }
+            }))
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@
 
 mod attr;
 pub mod layout;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_records;
 
 use perf_event_open_sys::bindings;
 
@@ -74,6 +76,19 @@ pub mod misc {
     pub const COMM_EXEC: u16 = narrow_u16(b::PERF_RECORD_MISC_COMM_EXEC);
     /// On MMAP2 records: build id instead of maj/min/ino.
     pub const MMAP_BUILD_ID: u16 = narrow_u16(b::PERF_RECORD_MISC_MMAP_BUILD_ID);
+    /// On MMAP/MMAP2 records: a mapping without `PROT_EXEC`.
+    pub const MMAP_DATA: u16 = narrow_u16(b::PERF_RECORD_MISC_MMAP_DATA);
+    /// On a perf.data BUILD_ID entry (the perf tool's
+    /// `PERF_RECORD_MISC_BUILD_ID_SIZE`, not in the kernel header): the
+    /// entry's size byte is valid.
+    pub const BUILD_ID_SIZE: u16 = 1 << 15;
+}
+
+/// `prot` bits of an MMAP2 record (the mmap(2) `PROT_*` values).
+pub mod mmap_prot {
+    pub const READ: u32 = libc::PROT_READ as u32;
+    pub const WRITE: u32 = libc::PROT_WRITE as u32;
+    pub const EXEC: u32 = libc::PROT_EXEC as u32;
 }
 
 /// `enum perf_type_id`.

@@ -6,9 +6,9 @@ use crate::abi::{HEADER_SIZE, RecordHeader};
 /// Where a walk stopped trusting the bytes, and why.
 ///
 /// `offset` is counted in the walk's own direction: bytes from the newest
-/// record for [`crate::ring::backward`] (the offset in the linearized copy),
-/// bytes from the start of the slice for [`crate::ring::records`], bytes back
-/// from the newest end for [`crate::ring::size_at_end`].
+/// record for the backward walk of a ring (the offset in the linearized copy),
+/// bytes from the start of the slice for [`crate::records::records`], bytes back
+/// from the newest end for the size-at-end walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("ring corrupt at offset {offset}: {reason}")]
 pub struct Corruption {
@@ -43,7 +43,7 @@ pub enum CorruptionReason {
 /// size that can hold a header, keeps records 8-aligned and fits in `limit`
 /// bytes, and a type the kernel writes. A header that fails them cannot be
 /// used to find the next record, so the walk ends there.
-pub(crate) fn check_header(header: &RecordHeader, limit: u64) -> Result<(), CorruptionReason> {
+pub fn check_header(header: &RecordHeader, limit: u64) -> Result<(), CorruptionReason> {
     let size = u64::from(header.size);
     if size < HEADER_SIZE as u64 {
         return Err(CorruptionReason::SizeTooSmall { size });
