@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flightrec_tests::fleet::{connected, fleet_toml};
 use flightrec_tests::{
-    Daemon, Load, flightrecd_to_end, require_root, rss, snapshot_id, test_config,
+    Daemon, Load, NatsServer, flightrecd_to_end, require_root, rss, snapshot_id, test_config,
 };
 
 const NOBODY: u32 = 65534;
@@ -460,6 +461,8 @@ fn a_fifo_planted_at_a_mapped_path_does_not_block_the_archive() {
 
 /// A FUSE file system (python3-fusepy) with one file, `lib.so`, whose
 /// reads never return once `argv[2]` exists: a file system that hangs.
+/// A hanging read first creates `argv[2]` + ".reading", the witness that
+/// someone is stuck in it.
 const HANGING_FUSE_PY: &str = r#"
 import errno, os, stat, sys, time
 from fusepy import FUSE, FuseOSError, Operations
@@ -476,6 +479,8 @@ class Hanging(Operations):
     def open(self, path, flags):
         return 0
     def read(self, path, size, offset, fh):
+        if os.path.exists(gate):
+            open(gate + ".reading", "w").close()
         while os.path.exists(gate):
             time.sleep(0.1)
         return bytes(size)
@@ -497,6 +502,18 @@ struct HangingFuse {
     server: Child,
     mountpoint: PathBuf,
     gate: PathBuf,
+}
+
+impl HangingFuse {
+    /// Waits until a read hangs in the file system.
+    fn wait_for_a_hung_read(&self, within: Duration, what: impl Fn() -> String) {
+        let reading = self.gate.with_extension("reading");
+        let deadline = Instant::now() + within;
+        while !reading.exists() {
+            assert!(Instant::now() < deadline, "no read hung: {}", what());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl HangingFuse {
@@ -601,5 +618,72 @@ fn a_mapped_file_whose_reads_never_return_is_given_up_and_dumps_go_on() {
     drop(small_note);
     drop(mapper.stdin.take());
     let _ = mapper.wait();
+    drop(fuse);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_hung_file_system_under_the_upload_queue_leaves_the_api_answering_on_one_worker() {
+    require_root("a_hung_file_system_under_the_upload_queue_leaves_the_api_answering");
+    let nats = NatsServer::start();
+    // Declared before the file system so that it is dropped after it: a
+    // daemon stuck in a hung read could not stop.
+    let d: Daemon;
+    let dir = tempfile::tempdir().unwrap();
+    let fuse = HangingFuse::mount(dir.path());
+    // The S3 credentials file lies on the hung file system: the upload
+    // queue reads it when it first sends a snapshot to S3.
+    let fleet = fleet_toml(
+        &format!("\"{}\"", nats.url()),
+        "stalled",
+        "",
+        &format!(
+            "upload = true\ns3 = {{ url = \"s3://bucket\", endpoint = \"http://127.0.0.1:9\", \
+             credentials_file = \"{}\" }}\n",
+            fuse.mountpoint.join("lib.so").display()
+        ),
+    );
+    // One async worker: anything blocking on it stops the whole API.
+    d = Daemon::start_wrapped(&fleet, &["env", "TOKIO_WORKER_THREADS=1"]);
+    connected(&d);
+    let first = d.json(&["dump"]);
+    assert!(first["path"].is_string(), "{first}");
+    fuse.wait_for_a_hung_read(Duration::from_secs(30), || d.log_text());
+
+    // The witness that the queue reached S3 after JetStream: the JetStream
+    // upload is counted, and the S3 one is not over.
+    let status = d.snapctl(&["--timeout", "5s", "--json", "status"]);
+    assert!(
+        status.status.success(),
+        "status while the queue hangs: {status:?}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["fleet"]["uploaded"], 1, "{status}");
+    assert_eq!(status["fleet"]["uploads_pending"], 1, "{status}");
+    for args in [
+        &["--json", "status"][..],
+        &["--json", "list"],
+        &["--json", "dump"],
+    ] {
+        let started = Instant::now();
+        let out = d.snapctl(&[&["--timeout", "5s"][..], args].concat());
+        let took = started.elapsed();
+        assert!(
+            out.status.success(),
+            "snapctl {args:?} while the queue hangs: {out:?}\n{}",
+            d.log_text()
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "snapctl {args:?} took {took:?}"
+        );
+    }
+    let listed = d.snapctl(&["--timeout", "5s", "--json", "list"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        listed["snapshots"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
     drop(fuse);
 }

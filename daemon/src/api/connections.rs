@@ -96,19 +96,19 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn of(stream: &UnixStream) -> io::Result<Self> {
-        let cred = stream.peer_cred()?;
+    /// Reads /proc: call on a blocking thread.
+    pub fn of(cred: tokio::net::unix::UCred) -> Self {
         let supplementary = cred
             .pid()
             .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
             .map(|s| super::peer::parse_groups(&s))
             .unwrap_or_default();
-        Ok(Peer {
+        Peer {
             uid: cred.uid(),
             gid: cred.gid(),
             pid: cred.pid(),
             supplementary: supplementary.into(),
-        })
+        }
     }
 }
 

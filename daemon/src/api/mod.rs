@@ -26,7 +26,7 @@ use connections::{ApiConnection, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use crate::log_limit::RateLimitedWarning;
 pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_limit};
 use handlers::Api;
-use peer::{authorize, check_peer, current_group};
+use peer::{AuthorizeLayer, check_peer, current_group, off_runtime};
 
 use crate::control::{self, State};
 
@@ -77,8 +77,8 @@ pub async fn serve(
                     continue;
                 }
             };
-            let peer = match Peer::of(&stream) {
-                Ok(p) => p,
+            let cred = match stream.peer_cred() {
+                Ok(c) => c,
                 Err(e) => {
                     refused_warning.warn(|| {
                         format!("connection refused: cannot read the peer's credentials: {e}")
@@ -86,10 +86,23 @@ pub async fn serve(
                     continue;
                 }
             };
-            if let Err(why) = check_peer(&peer, current_group(&admission)) {
-                refused_warning.warn(|| format!("connection refused: {why}"));
-                continue;
-            }
+            // The check may wait on the group database, off the workers;
+            // connections are still admitted in the order they came (the
+            // cap evicts the quietest, and a new one must not be taken for
+            // it).
+            let group = current_group(&admission);
+            let checked = off_runtime(move || {
+                let peer = Peer::of(cred);
+                check_peer(&peer, group).map(|()| peer)
+            })
+            .await;
+            let peer = match checked {
+                Ok(peer) => peer,
+                Err(status) => {
+                    refused_warning.warn(|| format!("connection refused: {}", status.message()));
+                    continue;
+                }
+            };
             let (conn, evicted) = registry.admit(stream, peer);
             if evicted && let Some(held) = cap_warning.check(Instant::now()) {
                 tracing::warn!(
@@ -119,14 +132,15 @@ pub async fn serve(
         }
     });
     let mut stop = state.shutdown_signal();
-    let check = state.clone();
-    let service = FlightRecorderServer::with_interceptor(Api::new(state), move |request| {
-        authorize(&check, request)
-    });
+    let authorize = AuthorizeLayer {
+        state: state.clone(),
+    };
+    let service = FlightRecorderServer::new(Api::new(state));
     tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(authorize)
         .add_service(service)
         .serve_with_incoming_shutdown(ReceiverStream::new(rx), async move {
             control::stopped(&mut stop).await;

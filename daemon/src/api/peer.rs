@@ -2,13 +2,27 @@
 //! again on every request, against the policy in force now: root, the
 //! daemon's owner and members of the socket's group (primary or
 //! supplementary, and still listed in the group database).
+//!
+//! The group database may be NSS over the network (LDAP, SSSD): every
+//! lookup runs on a blocking thread with a deadline, never on the async
+//! workers that answer everyone else.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use nix::unistd::{Gid, Group, Uid, User};
-use tonic::{Request, Status};
+use tonic::Status;
+use tonic::codegen::{BoxFuture, http};
 
 pub use super::connections::Peer;
 use crate::control::State;
 use crate::log_limit::RateLimitedWarning;
+
+/// How long a peer check may wait for the group database; past it the
+/// connection or request is refused (UNAVAILABLE), and the lookup left to
+/// finish on its thread.
+pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Supplementary groups from a `/proc/<pid>/status` text (`Groups:` line).
 pub fn parse_groups(status: &str) -> Vec<u32> {
@@ -75,23 +89,101 @@ pub fn current_group(state: &State) -> Option<Gid> {
     state.current().group.as_ref().map(|g| g.1)
 }
 
+/// Runs `check` (which may consult the group database) on a blocking
+/// thread, giving up after [`LOOKUP_DEADLINE`].
+pub async fn off_runtime<T: Send + 'static>(
+    check: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, Status> {
+    match tokio::time::timeout(LOOKUP_DEADLINE, tokio::task::spawn_blocking(check)).await {
+        Ok(Ok(Ok(v))) => Ok(v),
+        Ok(Ok(Err(why))) => Err(Status::permission_denied(why)),
+        Ok(Err(e)) => Err(Status::internal(format!("peer check failed: {e}"))),
+        Err(_) => Err(Status::unavailable(format!(
+            "the user and group database did not answer within {}s",
+            LOOKUP_DEADLINE.as_secs()
+        ))),
+    }
+}
+
 /// Every request is checked against the current policy, not only the
 /// connection at accept: a peer whose access was revoked (by a reload or
 /// in the group database) gets PERMISSION_DENIED on its open connection.
-pub fn authorize(state: &State, request: Request<()>) -> Result<Request<()>, Status> {
-    let Some(peer) = request.extensions().get::<Peer>() else {
+async fn authorize(state: &State, peer: Option<Peer>) -> Result<(), Status> {
+    let Some(peer) = peer else {
         return Err(Status::permission_denied(
             "the connection carries no peer credentials",
         ));
     };
     static REFUSED: RateLimitedWarning = RateLimitedWarning::per_minute();
-    check_peer(peer, current_group(state)).map_err(|why| {
-        REFUSED.warn(|| format!("request refused: {why}"));
-        Status::permission_denied(format!(
-            "{why} (access revoked since the connection opened?)"
-        ))
-    })?;
-    Ok(request)
+    let group = current_group(state);
+    off_runtime(move || check_peer(&peer, group))
+        .await
+        .map_err(|status| {
+            REFUSED.warn(|| format!("request refused: {}", status.message()));
+            if status.code() == tonic::Code::PermissionDenied {
+                Status::permission_denied(format!(
+                    "{} (access revoked since the connection opened?)",
+                    status.message()
+                ))
+            } else {
+                status
+            }
+        })
+}
+
+/// The layer that runs [`authorize`] before every request reaches the
+/// service.
+#[derive(Clone)]
+pub struct AuthorizeLayer {
+    pub state: Arc<State>,
+}
+
+impl<S> tower::Layer<S> for AuthorizeLayer {
+    type Service = Authorize<S>;
+
+    fn layer(&self, inner: S) -> Authorize<S> {
+        Authorize {
+            state: self.state.clone(),
+            inner,
+        }
+    }
+}
+
+/// See [`AuthorizeLayer`].
+#[derive(Clone)]
+pub struct Authorize<S> {
+    state: Arc<State>,
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Authorize<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    R: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // The clone that was made ready is the one to call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let state = self.state.clone();
+        Box::pin(async move {
+            let peer = request.extensions().get::<Peer>().cloned();
+            match authorize(&state, peer).await {
+                Ok(()) => inner.call(request).await,
+                Err(status) => Ok(status.into_http()),
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -107,11 +107,25 @@ pub fn run(source: ConfigSource, loaded: LoadedConfig) -> Result<(), DaemonError
         ),
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(runtime_workers(std::env::var("TOKIO_WORKER_THREADS").ok()))
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
     rt.block_on(serve(source, loaded, set_log_level))
+}
+
+/// Async workers: two (the API, the fleet and the upload queue need no
+/// more: their file and database work runs on blocking threads), or what
+/// tokio's own `TOKIO_WORKER_THREADS` says.
+fn runtime_workers(setting: Option<String>) -> usize {
+    match setting.map(|s| s.trim().parse::<usize>()) {
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            tracing::warn!("TOKIO_WORKER_THREADS is not a positive number; using 2 workers");
+            2
+        }
+        None => 2,
+    }
 }
 
 /// What the signal thread does with each request.

@@ -395,8 +395,13 @@ impl S3Destination {
         }
         let shown = path.display().to_string();
         let local = |e: std::io::Error| fail(format!("{shown}: {e}"));
-        let (file, md) =
-            flightrec_files::open_regular(path, flightrec_files::Links::Refuse).map_err(local)?;
+        let opening = path.to_path_buf();
+        let (file, md) = tokio::task::spawn_blocking(move || {
+            flightrec_files::open_regular(&opening, flightrec_files::Links::Refuse)
+        })
+        .await
+        .map_err(|e| fail(format!("{shown}: worker thread failed: {e}")))?
+        .map_err(local)?;
         let mut file = tokio::fs::File::from_std(file);
         let size = md.len();
         let mut digest = ObjectDigest::default();

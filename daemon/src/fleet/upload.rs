@@ -18,7 +18,7 @@ use super::object::headers_of;
 use super::s3::S3Destination;
 use crate::control::outcome::Uploaded;
 use crate::control::{self, Event, State};
-use crate::store::{SnapshotInfo, unix_ns};
+use crate::store::{SnapshotInfo, Store, unix_ns};
 
 /// Destination names, as sidecars, Status and Watch give them.
 pub const JETSTREAM: &str = "jetstream";
@@ -102,11 +102,18 @@ impl Uploader {
         }
     }
 
-    /// One pass over the queue; true when something failed.
+    /// One pass over the queue; true when something failed. Everything
+    /// that touches the output directory (listing, sidecars, their locks
+    /// and fsyncs) runs on blocking threads: a slow file system stalls
+    /// the queue, not the workers that answer the API.
     async fn pass(&self, opened: &mut Opened) -> bool {
         let store = self.state.current().store.clone();
         let configured = store.upload_destinations();
-        let pending = match store.pending_uploads() {
+        let listed = {
+            let store = store.clone();
+            blocking(move || store.pending_uploads().map_err(|e| e.to_string())).await
+        };
+        let pending = match listed {
             Ok(p) => p,
             Err(e) => {
                 self.failed("", "", format!("cannot read the upload queue: {e}"));
@@ -134,17 +141,14 @@ impl Uploader {
                         "fleet: this destination is no longer configured; the snapshot leaves its \
                          upload queue"
                     );
-                    let _ = store.settle_upload(&snapshot.id, destination);
+                    let _ = settle(&store, &snapshot.id, destination).await;
                     continue;
                 }
                 if is_down(&failures, destination) {
                     continue;
                 }
                 let result = match self.upload(opened, &snapshot, destination).await {
-                    Ok(u) => store
-                        .settle_upload(&snapshot.id, destination)
-                        .map(|_| u)
-                        .map_err(|e| e.to_string()),
+                    Ok(u) => settle(&store, &snapshot.id, destination).await.map(|()| u),
                     Err(e) => Err(e),
                 };
                 match result {
@@ -160,7 +164,7 @@ impl Uploader {
                 }
             }
         }
-        if let Ok(p) = store.pending_uploads() {
+        if let Ok(p) = blocking(move || store.pending_uploads().map_err(|e| e.to_string())).await {
             self.set_pending(p.len());
         }
         any_failed
@@ -174,10 +178,9 @@ impl Uploader {
     ) -> Result<Uploaded, String> {
         let started = Instant::now();
         let path = snapshot.path.clone();
-        let file_and_digest =
-            tokio::task::spawn_blocking(move || jetstream::open_with_digest(&path))
-                .await
-                .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
+        let file_and_digest = blocking(move || Ok(jetstream::open_with_digest(&path)))
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", snapshot.path.display()))?;
         let read = match file_and_digest {
             Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -226,8 +229,9 @@ impl Uploader {
             }
             S3 => {
                 if opened.s3.is_none() {
-                    let config = self.s3.as_ref().ok_or("fleet.s3 is not set")?;
-                    opened.s3 = Some(S3Destination::new(config)?);
+                    let config = self.s3.clone().ok_or("fleet.s3 is not set")?;
+                    // Reads the credentials file.
+                    opened.s3 = Some(blocking(move || S3Destination::new(&config)).await?);
                 }
                 let s3 = opened.s3.as_ref().ok_or("no S3 destination")?;
                 let object = s3.url(&headers);
@@ -286,6 +290,27 @@ impl Uploader {
             .fleet
             .update(|r| r.uploads_pending = u32::try_from(n).unwrap_or(u32::MAX));
     }
+}
+
+/// Runs `f` on a blocking thread (file systems, sidecar locks).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("worker thread failed: {e}"))?
+}
+
+/// Takes `destination` off the upload queue of snapshot `id`.
+async fn settle(store: &Arc<Store>, id: &str, destination: &str) -> Result<(), String> {
+    let (store, id, destination) = (store.clone(), id.to_string(), destination.to_string());
+    blocking(move || {
+        store
+            .settle_upload(&id, &destination)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .await
 }
 
 fn too_slow(object: &str, deadline: Duration) -> String {
