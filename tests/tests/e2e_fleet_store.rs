@@ -530,7 +530,11 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
             .spawn()
             .expect("spawn snapctl");
         let deadline = Instant::now() + Duration::from_secs(15);
-        while !files_in(work.path()).iter().any(|f| f.ends_with(".part")) {
+        // The partial file: `.whole.perf.data.tmp-<random>`.
+        while !files_in(work.path())
+            .iter()
+            .any(|f| f.starts_with(".whole.perf.data.tmp-"))
+        {
             assert!(Instant::now() < deadline, "no partial file in 15s");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -694,10 +698,23 @@ fn fleet_list_and_fetch_keep_working_on_a_cluster_that_lost_a_node() {
             &["--timeout", "3s", "fetch", "host-a/box-1", "--force"],
         )
     };
-    // The stream may need a new leader first.
+    // The stream may need a new leader first, and that leader may answer
+    // before it applied what the old one committed (an empty listing):
+    // the witness is a listing that holds the snapshot.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !list().status.success() {
-        assert!(Instant::now() < deadline, "no listing in 30s");
+    loop {
+        let out = list();
+        if out.status.success()
+            && json_of(&out)["snapshots"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no listing with the snapshot in 30s"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // Then every read works: none depends on a consumer that the cluster

@@ -12,6 +12,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::object_store::ObjectInfo;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE;
+use flightrec_files::{Access, Existing, NewFile};
 use flightrec_proto::object::{ObjectHeaders, object_name, parse_object_name};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -340,10 +341,13 @@ pub async fn fetch(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut part = tempfile::Builder::new()
-        .prefix(&format!(".{id}."))
-        .suffix(".part")
-        .tempfile_in(dir)
+    let file_name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| local_error(out, "write", std::io::Error::other("no file name")))?;
+    // Created exclusively under a temporary name, readable by its user
+    // only, given its name once whole.
+    let mut part = NewFile::create(dir, file_name, Access::PRIVATE)
         .map_err(|e| local_error(dir, "create a file in", e))?;
     let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
     let mut sha = Sha256::new();
@@ -378,8 +382,9 @@ pub async fn fetch(
                 )));
             }
         };
-        part.write_all(&chunk.payload)
-            .map_err(|e| local_error(part.path(), "write", e))?;
+        part.file_mut()
+            .write_all(&chunk.payload)
+            .map_err(|e| local_error(part.temp_path(), "write", e))?;
         sha.update(&chunk.payload);
         written += chunk.payload.len() as u64;
         next_seq = chunk.sequence + 1;
@@ -409,22 +414,21 @@ pub async fn fetch(
             ),
         });
     }
-    part.as_file()
-        .sync_all()
-        .map_err(|e| local_error(part.path(), "write", e))?;
-    if force {
-        part.persist(out)
-            .map_err(|e| local_error(out, "write", e.error))?;
+    let existing = if force {
+        Existing::Replace
     } else {
-        // Atomic: a file that appeared meanwhile is not replaced.
-        part.persist_noclobber(out).map_err(|e| {
-            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
-                already_exists(out)
-            } else {
-                local_error(out, "write", e.error)
-            }
-        })?;
-    }
+        Existing::Keep
+    };
+    // Synced, then renamed: a file that appeared meanwhile is replaced
+    // only with --force.
+    part.commit(existing).map_err(|e| {
+        let e = e.into_io();
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            already_exists(out)
+        } else {
+            local_error(out, "write", e)
+        }
+    })?;
     Ok(Fetched {
         path: out.to_path_buf(),
         snapshot,
