@@ -37,7 +37,7 @@ use super::rings::{CpuRing, Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
 use super::{Capture, CpuCapture, EventDescriptor};
 use crate::abi::layout::RecordLayouts;
-use crate::host::{HostInfo, HostInfoError, bare_modules, parse_kallsyms_text};
+use crate::host::{HostInfo, HostInfoError, parse_kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
 use crate::perf::tracking_ring::TrackingRing;
@@ -276,16 +276,21 @@ impl Recorder {
     /// standby set, or paused), copies it (and resumes a paused one), then
     /// walks the copies and the tracking log.
     pub fn capture(&self) -> Result<Capture, CaptureError> {
-        self.capture_with_pause_hook(&|_| {})
+        self.capture_calling(&|_| {})
     }
 
     /// [`Recorder::capture`] calling `hook(cpu)` while that CPU's ring is
-    /// frozen, after its copy: tests and benchmarks use it to stretch or
-    /// observe the freeze.
+    /// frozen, after its copy: tests use it to stretch or observe the
+    /// freeze.
+    #[cfg(feature = "testing")]
     pub fn capture_with_pause_hook(
         &self,
         hook: &(dyn Fn(u32) + Sync),
     ) -> Result<Capture, CaptureError> {
+        self.capture_calling(hook)
+    }
+
+    fn capture_calling(&self, hook: &(dyn Fn(u32) + Sync)) -> Result<Capture, CaptureError> {
         let _one_at_a_time = lock(&self.live.capture_lock);
         let rings = self.live.rings();
         let results: Vec<Result<CpuCapture, PerfError>> = crate::perf::sched::freeze_pool()
@@ -345,8 +350,9 @@ impl Recorder {
     /// Watches `source` instead of /proc/modules for module loads, its
     /// text now taken as the modules already known: tests load modules on
     /// paper with it, on kernels without module support.
+    #[cfg(feature = "testing")]
     pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
-        let known = bare_modules(&std::fs::read_to_string(&source)?);
+        let known = crate::host::bare_modules(&std::fs::read_to_string(&source)?);
         let events = self.events();
         let tracking = events
             .last()

@@ -172,6 +172,7 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
 
 /// Builders of synthetic records, for tests here and in the kernel tests'
 /// expectations (the layout the kernel writes).
+#[cfg(any(test, feature = "testing"))]
 pub mod build {
     use crate::abi::{RecordHeader, misc, record_type};
     use crate::tracking::state::MapState;
