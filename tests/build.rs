@@ -5,13 +5,24 @@
 //! Under `CI=true` the cfg is never set, so a missing permission fails the
 //! test (see `flightrec_tests::require_root`). Also the build script of
 //! flightrecd, whose kernel tests need the same.
+//!
+//! `cfg(flightrec_cpu_pmu)` says the machine that builds the tests has a
+//! CPU PMU: tests of what happens without one are ignored there ("needs
+//! a machine without a CPU PMU"), not passed without checking anything.
+
+const CPU_PMU: &str = "/sys/bus/event_source/devices/cpu";
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(flightrec_unprivileged)");
+    println!("cargo::rustc-check-cfg=cfg(flightrec_cpu_pmu)");
     println!("cargo::rerun-if-env-changed=CI");
+    println!("cargo::rerun-if-changed={CPU_PMU}");
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if !ci && !effective_uid_is_root() {
         println!("cargo::rustc-cfg=flightrec_unprivileged");
+    }
+    if std::path::Path::new(CPU_PMU).exists() {
+        println!("cargo::rustc-cfg=flightrec_cpu_pmu");
     }
 }
 

@@ -454,47 +454,6 @@ fn samplys_parser_finds_every_sample_and_the_build_ids() {
     }
 }
 
-#[test]
-#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn loaded_kernel_modules_get_mmap_records_and_build_ids() {
-    require_root("loaded_kernel_modules_get_mmap_records_and_build_ids");
-    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    let Some(module) = modules
-        .lines()
-        .find(|l| l.contains(" Live 0x") && !l.contains(" Live 0x0000000000000000"))
-        .and_then(|l| l.split_whitespace().next())
-        .map(str::to_string)
-    else {
-        eprintln!(
-            "SKIPPED loaded_kernel_modules_get_mmap_records_and_build_ids: no kernel module \
-             loaded on this machine (/proc/modules missing or empty)"
-        );
-        return;
-    };
-    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
-    let _load = Load::start();
-    std::thread::sleep(Duration::from_millis(300));
-    let path = dump(&d, &[]);
-    let mmaps = perf_script(&path, &["--show-mmap-events", "-F", "comm"]);
-    assert!(
-        mmaps.lines().any(|l| l.contains("PERF_RECORD_MMAP")
-            && (l.contains(&format!("[{module}]")) || l.contains(&format!("/{module}.ko")))),
-        "no MMAP for module {module}:\n{}",
-        &mmaps[..mmaps.len().min(4000)]
-    );
-    if let Ok(note) = std::fs::read(format!("/sys/module/{module}/notes/.note.gnu.build-id")) {
-        let ids = run(Command::new("perf").args(["buildid-list", "-i"]).arg(&path));
-        let hex: String = note[note.len() - 20..]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert!(
-            ids.contains(&hex),
-            "module {module} build-id {hex} missing:\n{ids}"
-        );
-    }
-}
-
 /// samply's executable: `$FLIGHTREC_TEST_SAMPLY`, else `samply` on PATH
 /// (tests/prepare-host installs it). None, after saying why, when there is
 /// none; under `CI=true` that is a failure.

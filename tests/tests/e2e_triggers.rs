@@ -77,13 +77,27 @@ event = "sched:sched_process_exec"
 filter = 'filename ~ "*flightrec-probe*"'
 label = "probe"
 cooldown = "1h"
+
+[[trigger]]
+name = "witness"
+on = "tracepoint"
+event = "sched:sched_process_exec"
+filter = 'filename ~ "*flightrec-witness*"'
+cooldown = "1h"
 "#,
     );
     let watcher = Watcher::start(&d);
-    // Another program's exec does not match the filter.
+    // Another program's exec does not match the filter. The witness that
+    // the condition thread read that exec: a later one, matched by
+    // another trigger.
     let other = probe_program(d.dir.path(), "not-a-match");
     run(&other);
-    std::thread::sleep(Duration::from_millis(500));
+    run(&probe_program(d.dir.path(), "flightrec-witness"));
+    let witnessed = watcher
+        .wait_for("trigger_fired", Duration::from_secs(30))
+        .expect("the witness trigger_fired event");
+    assert_eq!(witnessed["name"], "witness", "{witnessed}");
+    wait_snapshots(&d, "condition:witness", 1, Duration::from_secs(30));
     assert_eq!(trigger_status(&d, "probe-exec")["fired"], 0);
     assert!(snapshots_of(&d, "condition:probe-exec").is_empty());
 
@@ -163,12 +177,29 @@ event = "sched:sched_process_exec"
 filter = 'filename ~ "*flightrec-count*"'
 count = 3
 window = "30s"
+
+[[trigger]]
+name = "witness"
+on = "tracepoint"
+event = "sched:sched_process_exec"
+filter = 'filename ~ "*flightrec-witness*"'
 "#,
     );
     let probe = probe_program(d.dir.path(), "flightrec-count");
     run(&probe);
     run(&probe);
-    std::thread::sleep(Duration::from_millis(700));
+    // The witness that both execs were read: a later one, matched by
+    // another trigger.
+    run(&probe_program(d.dir.path(), "flightrec-witness"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while trigger_status(&d, "witness")["fired"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            trigger_status(&d, "witness")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let t = trigger_status(&d, "third-exec");
     assert_eq!(t["fired"], 0, "{t}");
     assert!(snapshots_of(&d, "condition:third-exec").is_empty());
@@ -287,8 +318,11 @@ fn reload_adds_and_removes_a_trigger() {
     );
     assert_eq!(d.json(&["triggers"])["triggers"], serde_json::json!([]));
     // A dump queued just before the reload may still land; none after it.
-    std::thread::sleep(Duration::from_millis(300));
+    // Dumps are written in the order they were asked for: once one asked
+    // now is written, any queued before the reload is too.
+    assert!(d.json(&["dump"])["path"].is_string());
     let after_reload = snapshots_of(&d, "condition:tick").len();
+    // Three periods of the removed trigger: what it would have dumped.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(snapshots_of(&d, "condition:tick").len(), after_reload);
 }
