@@ -4,9 +4,13 @@
 
 use std::ops::Range;
 
+use toml::Spanned;
+
 use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
-use crate::schema::{Config, TrackingConfig};
+use crate::schema::{
+    BuffersConfig, Config, DaemonConfig, EventConfig, SnapshotConfig, TrackingConfig,
+};
 use crate::units::ByteSize;
 
 /// Largest ring the kernel side maps per CPU (`buffers.per_cpu`, `buffers.tracking`).
@@ -78,9 +82,27 @@ const MAX_CHECKPOINTS_LIMIT: u64 = 4096;
 
 impl Config {
     /// Checks what serde cannot: returns the span and message of the first
-    /// problem.
+    /// problem, checking the sections in a fixed order.
     pub(crate) fn validate(&self) -> Result<(), (Range<usize>, String)> {
-        let level = &self.daemon.log_level;
+        self.daemon.validate()?;
+        self.buffers.validate()?;
+        // The checkpoint interval is bounded by the tracking log's size.
+        self.tracking
+            .validate(self.buffers.tracking_log.get_ref().bytes())?;
+        validate_events(&self.events)?;
+        crate::trigger::validate_triggers(&self.triggers)?;
+        if let Some(fleet) = &self.fleet {
+            fleet.get_ref().validate(fleet.span())?;
+        }
+        self.snapshot.validate()
+    }
+}
+
+impl DaemonConfig {
+    /// `log_level` and `socket_group`; the paths are checked once the
+    /// config is loaded, as they are not [`Spanned`](crate::Spanned).
+    fn validate(&self) -> Result<(), (Range<usize>, String)> {
+        let level = &self.log_level;
         if !LOG_LEVELS.contains(&level.get_ref().as_str()) {
             return Err((
                 level.span(),
@@ -91,7 +113,7 @@ impl Config {
                 ),
             ));
         }
-        if let Some(group) = &self.daemon.socket_group
+        if let Some(group) = &self.socket_group
             && !group.get_ref().is_empty()
             && !valid_group_name(group.get_ref())
         {
@@ -105,9 +127,16 @@ impl Config {
                 ),
             ));
         }
+        Ok(())
+    }
+}
+
+impl BuffersConfig {
+    /// The rings the kernel maps and the tracking log the daemon allocates.
+    fn validate(&self) -> Result<(), (Range<usize>, String)> {
         for (key, ring) in [
-            ("buffers.per_cpu", &self.buffers.per_cpu),
-            ("buffers.tracking", &self.buffers.tracking),
+            ("buffers.per_cpu", &self.per_cpu),
+            ("buffers.tracking", &self.tracking),
         ] {
             let n = ring.get_ref().bytes();
             if n > MAX_RING_BYTES {
@@ -131,7 +160,7 @@ impl Config {
                 ));
             }
         }
-        let log = &self.buffers.tracking_log;
+        let log = &self.tracking_log;
         if !(64 * 1024..=MAX_TRACKING_LOG_BYTES).contains(&log.get_ref().bytes()) {
             return Err((
                 log.span(),
@@ -143,53 +172,63 @@ impl Config {
                 ),
             ));
         }
-        self.tracking.validate(log.get_ref().bytes())?;
-        if self.events.is_empty() {
-            return Err((0..0, "at least one [[event]] is needed".into()));
+        Ok(())
+    }
+}
+
+/// The `[[event]]` tables: at least one, each valid.
+fn validate_events(events: &[Spanned<EventConfig>]) -> Result<(), (Range<usize>, String)> {
+    if events.is_empty() {
+        return Err((0..0, "at least one [[event]] is needed".into()));
+    }
+    for ev in events {
+        ev.get_ref().validate(ev.span())?;
+    }
+    Ok(())
+}
+
+impl EventConfig {
+    /// Its name, filter, and sampling rate; `whole` is the table's span.
+    fn validate(&self, whole: Range<usize>) -> Result<(), (Range<usize>, String)> {
+        let name = &self.name;
+        if let Err(why) = check_event_name(name.get_ref()) {
+            return Err((name.span(), why));
         }
-        for ev in &self.events {
-            let ev_ref = ev.get_ref();
-            let name = &ev_ref.name;
-            if let Err(why) = check_event_name(name.get_ref()) {
-                return Err((name.span(), why));
-            }
-            if let Some(filter) = &ev_ref.filter
-                && filter.len() > MAX_FILTER_BYTES
-            {
-                return Err((
-                    ev.span(),
-                    format!(
-                        "event {:?}: the filter is {} bytes long, at most {MAX_FILTER_BYTES} \
-                         are allowed",
-                        name.get_ref(),
-                        filter.len()
-                    ),
-                ));
-            }
-            match (&ev_ref.frequency, &ev_ref.period) {
-                (Some(_), Some(p)) => {
-                    return Err((
-                        p.span(),
-                        format!(
-                            "event {:?}: give either frequency or period, not both",
-                            name.get_ref()
-                        ),
-                    ));
-                }
-                (Some(v), None) | (None, Some(v)) if *v.get_ref() == 0 => {
-                    return Err((
-                        v.span(),
-                        format!("event {:?}: must be at least 1", name.get_ref()),
-                    ));
-                }
-                _ => {}
-            }
+        if let Some(filter) = &self.filter
+            && filter.len() > MAX_FILTER_BYTES
+        {
+            return Err((
+                whole,
+                format!(
+                    "event {:?}: the filter is {} bytes long, at most {MAX_FILTER_BYTES} \
+                     are allowed",
+                    name.get_ref(),
+                    filter.len()
+                ),
+            ));
         }
-        crate::trigger::validate_triggers(&self.triggers)?;
-        if let Some(fleet) = &self.fleet {
-            fleet.get_ref().validate(fleet.span())?;
+        match (&self.frequency, &self.period) {
+            (Some(_), Some(p)) => Err((
+                p.span(),
+                format!(
+                    "event {:?}: give either frequency or period, not both",
+                    name.get_ref()
+                ),
+            )),
+            (Some(v), None) | (None, Some(v)) if *v.get_ref() == 0 => Err((
+                v.span(),
+                format!("event {:?}: must be at least 1", name.get_ref()),
+            )),
+            _ => Ok(()),
         }
-        let level = &self.snapshot.level;
+    }
+}
+
+impl SnapshotConfig {
+    /// The compression level, the dumping thread's priority and the delay
+    /// after a trigger.
+    fn validate(&self) -> Result<(), (Range<usize>, String)> {
+        let level = &self.level;
         if !(1..=22).contains(level.get_ref()) {
             return Err((
                 level.span(),
@@ -199,7 +238,7 @@ impl Config {
                 ),
             ));
         }
-        let priority = &self.snapshot.realtime_priority;
+        let priority = &self.realtime_priority;
         if *priority.get_ref() > 99 {
             return Err((
                 priority.span(),
@@ -210,7 +249,7 @@ impl Config {
                 ),
             ));
         }
-        let delay = &self.snapshot.post_trigger_delay;
+        let delay = &self.post_trigger_delay;
         if delay.get_ref().get() > std::time::Duration::from_secs(60) {
             return Err((
                 delay.span(),

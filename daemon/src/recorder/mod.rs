@@ -4,14 +4,18 @@
 //!
 //! - [`start`]: the config's `[[event]]` tables resolved and checked against
 //!   the kernel, then [`Recorder::start`];
-//! - [`capture`]: the [`Recorder`] itself (open, freeze-copy-resume, status);
+//! - [`lifecycle`]: the [`Recorder`] itself (configure, open, stop);
+//! - [`capture`]: freeze, copy and resume the rings into a [`Capture`];
+//! - [`status`]: its health, as `snapctl status` shows it;
 //! - [`maps_needed`]: which processes' maps a snapshot must carry.
 
 pub mod capture;
 mod hotplug;
+pub mod lifecycle;
 pub mod maps_needed;
 mod rings;
 pub mod start;
+pub mod status;
 
 use std::time::Duration;
 
@@ -20,8 +24,9 @@ use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use crate::host::HostInfo;
-pub use capture::{CaptureError, CpuStatus, Recorder, RecorderConfig, RecorderStatus};
+pub use lifecycle::{CaptureError, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
+pub use status::{CpuStatus, RecorderStatus};
 
 /// One configured event as the kernel opened it: the attr passed to
 /// `perf_event_open`, the name as the user wrote it, and the kernel id

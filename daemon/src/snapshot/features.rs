@@ -1,9 +1,10 @@
 //! Feature sections of a perf.data file, in the layouts perf's
 //! tools/perf/util/header.c reads them. Pure encoders: bytes out.
 
+use super::perfdata::DataSummary;
 use crate::host::machine::{CacheLevel, CpuTopology, MemTopology, NumaNode};
 use crate::host::{ClockReference, HostInfo, TracingSource};
-use crate::recorder::EventDescriptor;
+use crate::recorder::{EventDescriptor, tracepoints_of};
 
 pub use flightrec_perfdata::format::bit;
 
@@ -292,6 +293,85 @@ pub fn tracing_data<'a>(
     }
     push_u64(&mut out, 0); // saved cmdlines
     Ok(out)
+}
+
+/// Every feature section a snapshot carries, in ascending bit order: what
+/// `perf report --header` shows, from the host facts gathered at start,
+/// the events, the build-id table and what the data section holds. A
+/// tracepoint without a gathered format is an error naming it.
+pub fn sections(
+    host: &HostInfo,
+    events: &[EventDescriptor],
+    build_id_table: &[BuildIdEntry],
+    summary: &DataSummary,
+) -> Result<Vec<(u32, Vec<u8>)>, String> {
+    let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
+    let tracepoints = tracepoints_of(events);
+    if !tracepoints.is_empty() {
+        let body = tracing_data(&host.tracing, host.page_size, &tracepoints)
+            .map_err(|tp| format!("{}:{}", tp.0, tp.1))?;
+        feats.push((bit::TRACING_DATA, body));
+    }
+    if !build_id_table.is_empty() {
+        feats.push((bit::BUILD_ID, build_ids(build_id_table)));
+    }
+    feats.push((bit::HOSTNAME, string_section(&host.hostname)));
+    feats.push((bit::OSRELEASE, string_section(&host.os_release)));
+    feats.push((bit::VERSION, string_section(&host.version)));
+    feats.push((bit::ARCH, string_section(&host.arch)));
+    feats.push((bit::NRCPUS, nrcpus(host)));
+    let m = &host.machine;
+    if let Some(desc) = &m.cpu_desc {
+        feats.push((bit::CPUDESC, string_section(desc)));
+    }
+    if let Some(cpuid) = &m.cpuid {
+        feats.push((bit::CPUID, string_section(cpuid)));
+    }
+    if let Some(kb) = m.total_mem_kb {
+        feats.push((bit::TOTAL_MEM, total_mem(kb)));
+    }
+    feats.push((bit::CMDLINE, cmdline(&host.cmdline)));
+    feats.push((bit::EVENT_DESC, event_desc(events)));
+    // perf reads one core/socket id pair per NRCPUS CPU.
+    if let Some(t) = m
+        .topology
+        .as_ref()
+        .filter(|t| t.cpus.len() == host.nr_cpus_available as usize)
+    {
+        feats.push((bit::CPU_TOPOLOGY, cpu_topology(t)));
+    }
+    if !m.numa_nodes.is_empty() {
+        feats.push((bit::NUMA_TOPOLOGY, numa_topology(&m.numa_nodes)));
+    }
+    if !m.pmus.is_empty() {
+        feats.push((bit::PMU_MAPPINGS, pmu_mappings(&m.pmus)));
+    }
+    if !m.caches.is_empty() {
+        feats.push((bit::CACHE, cache(&m.caches)));
+    }
+    if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
+        feats.push((bit::SAMPLE_TIME, sample_time(first, last)));
+    }
+    if let Some(mem) = &m.mem_topology {
+        feats.push((bit::MEM_TOPOLOGY, mem_topology(mem)));
+    }
+    feats.push((bit::CLOCKID, clockid(host.clock_resolution_ns)));
+    if let Some(c) = &summary.compression {
+        let ratio = c.input_bytes.checked_div(c.output_bytes).unwrap_or(0);
+        feats.push((
+            bit::COMPRESSED,
+            compressed(
+                c.level,
+                u32::try_from(ratio).unwrap_or(u32::MAX),
+                c.mmap_len,
+            ),
+        ));
+    }
+
+    if let Some(clock) = &host.clock {
+        feats.push((bit::CLOCK_DATA, clock_data(clock)));
+    }
+    Ok(feats)
 }
 
 #[cfg(test)]

@@ -27,10 +27,9 @@ use thiserror::Error;
 use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
 
 use super::compress::{self, MAX_RECORD_INPUT};
-use super::features::{self, bit};
+use super::features;
 use super::synth::{self, SampleId};
 use crate::host::{HostInfo, format_id};
-use crate::recorder::tracepoints_of;
 use crate::recorder::{Capture, EventDescriptor};
 pub use flightrec_perfdata::format::{
     FEATURE_BITMAP_OFFSET, FILE_HEADER_SIZE, LEVELS, LevelError, MAGIC, check_level, feature_index,
@@ -220,11 +219,35 @@ pub fn write_perf_data<'a>(
     }
     let events = &capture.events;
     let tracking = tracking_event(events).ok_or(PerfDataError::NoEvents)?;
-    let tracking_attr = events[tracking].attr;
-    let tracking_id = events[tracking].ids.first().copied().unwrap_or(0);
     let mut summary = DataSummary::default();
+    let head = window_start_records(capture, host, &events[tracking], &mut summary);
+    let mut records = DataRecords::of(capture, tracking, &mut summary);
+    let data = pack_data(head, &mut records, opts.compression, &mut summary)?;
+    summary.data_bytes = data.iter().map(|d| d.len() as u64).sum();
+    let build_ids = build_id_entries(
+        capture,
+        records.tracking,
+        host,
+        records
+            .pid_offset
+            .is_some()
+            .then_some(&records.sampled_pids),
+    );
+    let feats = features::sections(host, events, &build_ids, &summary)
+        .map_err(|event| PerfDataError::MissingTracepointFormat { event })?;
+    Ok(assemble(events, data, feats, summary))
+}
 
-    // 1. State at the window's start.
+/// The state at the window's start (the data section's first part),
+/// stamped just before it: the kernel and module maps, then COMM and MMAP2
+/// of every known thread.
+fn window_start_records(
+    capture: &Capture,
+    host: &HostInfo,
+    tracking: &EventDescriptor,
+    summary: &mut DataSummary,
+) -> Vec<u8> {
+    let tracking_id = tracking.ids.first().copied().unwrap_or(0);
     let synth_time = capture.window_start_ns.saturating_sub(1);
     let mut head = Vec::new();
     if let Some(text) = capture.kernel_text {
@@ -235,7 +258,7 @@ pub fn write_perf_data<'a>(
             id: tracking_id,
             cpu: 0,
         };
-        synth::push_kernel_mmap(&mut head, &tracking_attr, text, &id);
+        synth::push_kernel_mmap(&mut head, &tracking.attr, text, &id);
         summary.synthesized_records += 1;
         // Modules of the start, then those loaded later but before the
         // window (in load order: a reload's map replaces the old one); a
@@ -246,170 +269,119 @@ pub fn write_perf_data<'a>(
             .filter(|l| l.time_ns < capture.window_start_ns)
             .map(|l| &l.module);
         for m in host.modules.iter().chain(loaded_before) {
-            synth::push_module_mmap(&mut head, &tracking_attr, m.start, m.size, &m.path, &id);
+            synth::push_module_mmap(&mut head, &tracking.attr, m.start, m.size, &m.path, &id);
             summary.synthesized_records += 1;
         }
     }
     summary.synthesized_records += synth::push_process_state(
         &mut head,
-        &tracking_attr,
+        &tracking.attr,
         tracking_id,
         synth_time,
         &capture.processes,
     );
+    head
+}
 
-    // 2. Tracking records, 3. samples: verbatim, whole records only.
-    let (tracking_len, _, _) = scan_records(&capture.tracking_records);
-    summary.torn_bytes += (capture.tracking_records.len() - tracking_len) as u64;
-    let tracking_records = &capture.tracking_records[..tracking_len];
+/// The rest of the data section: the tracking records, every CPU's samples
+/// (verbatim, whole records only), the losses inside the window; and what
+/// the walk saw.
+struct DataRecords<'a> {
+    tracking: &'a [u8],
+    cpus: Vec<&'a [u8]>,
+    /// LOST_SAMPLES records.
+    losses: Vec<u8>,
+    pid_offset: Option<usize>,
+    sampled_pids: BTreeSet<u32>,
+}
 
-    let sample_event = events
-        .iter()
-        .enumerate()
-        .find(|(i, e)| *i != tracking && !e.ids.is_empty())
-        .map_or(tracking, |(i, _)| i);
-    let mut cpu_slices = Vec::with_capacity(capture.cpus.len());
-    let mut tail = Vec::new();
-    let pid_offset = sample_pid_offset(events, tracking);
-    let mut sampled_pids = BTreeSet::new();
-    for (index, cpu) in capture.cpus.iter().enumerate() {
-        let (len, samples, lost_in_window) =
-            scan_records_with_pids(&cpu.records, pid_offset.map(|at| (at, &mut sampled_pids)));
-        summary.torn_bytes += (cpu.records.len() - len) as u64;
-        summary.samples += samples;
-        cpu_slices.push(&cpu.records[..len]);
-        summary.first_sample_ns = min_opt(summary.first_sample_ns, cpu.oldest_ns);
-        summary.last_sample_ns = max_opt(summary.last_sample_ns, cpu.newest_ns);
-
-        // 4. Losses inside the window only.
-        let lost = lost_in_window;
-        if lost == 0 {
-            continue;
-        }
-        let ids = &events[sample_event].ids;
-        let id = SampleId {
-            pid: 0,
-            tid: 0,
-            time: cpu
-                .newest_ns
-                .unwrap_or(capture.window_start_ns)
-                .saturating_add(1),
-            id: match cpu.event_id {
-                0 => ids.get(index).or(ids.first()).copied().unwrap_or(0),
-                id => id,
-            },
-            cpu: cpu.cpu,
+impl<'a> DataRecords<'a> {
+    fn of(capture: &'a Capture, tracking: usize, summary: &mut DataSummary) -> Self {
+        let events = &capture.events;
+        let (tracking_len, _, _) = scan_records(&capture.tracking_records);
+        summary.torn_bytes += (capture.tracking_records.len() - tracking_len) as u64;
+        let sample_event = events
+            .iter()
+            .enumerate()
+            .find(|(i, e)| *i != tracking && !e.ids.is_empty())
+            .map_or(tracking, |(i, _)| i);
+        let mut out = DataRecords {
+            tracking: &capture.tracking_records[..tracking_len],
+            cpus: Vec::with_capacity(capture.cpus.len()),
+            losses: Vec::new(),
+            pid_offset: sample_pid_offset(events, tracking),
+            sampled_pids: BTreeSet::new(),
         };
-        let attr = &events[sample_event].attr;
-        synth::push_lost_samples(&mut tail, attr, lost, &id);
-        summary.lost_samples = summary.lost_samples.saturating_add(lost);
-    }
-
-    let mut data: Vec<Cow<'a, [u8]>> = Vec::new();
-    if let Some(level) = opts.compression {
-        let mut parts: Vec<&[u8]> = vec![&head];
-        parts.extend(compress::split_jobs(tracking_records));
-        for s in &cpu_slices {
-            parts.extend(compress::split_jobs(s));
+        for (index, cpu) in capture.cpus.iter().enumerate() {
+            let pids = out.pid_offset.map(|at| (at, &mut out.sampled_pids));
+            let (len, samples, lost) = scan_records_with_pids(&cpu.records, pids);
+            summary.torn_bytes += (cpu.records.len() - len) as u64;
+            summary.samples += samples;
+            out.cpus.push(&cpu.records[..len]);
+            summary.first_sample_ns = min_opt(summary.first_sample_ns, cpu.oldest_ns);
+            summary.last_sample_ns = max_opt(summary.last_sample_ns, cpu.newest_ns);
+            if lost == 0 {
+                continue;
+            }
+            let ids = &events[sample_event].ids;
+            let id = SampleId {
+                pid: 0,
+                tid: 0,
+                time: cpu
+                    .newest_ns
+                    .unwrap_or(capture.window_start_ns)
+                    .saturating_add(1),
+                id: match cpu.event_id {
+                    0 => ids.get(index).or(ids.first()).copied().unwrap_or(0),
+                    id => id,
+                },
+                cpu: cpu.cpu,
+            };
+            synth::push_lost_samples(&mut out.losses, &events[sample_event].attr, lost, &id);
+            summary.lost_samples = summary.lost_samples.saturating_add(lost);
         }
-        parts.push(&tail);
-        let packed = compress::pack_all(&parts, level)
-            .map_err(|source| PerfDataError::Compress { source })?;
-        summary.compression = Some(CompressionSummary {
-            level,
-            input_bytes: packed.input_bytes,
-            output_bytes: packed.bytes.len() as u64,
-            mmap_len: MAX_RECORD_INPUT as u32,
-        });
-        data.push(Cow::Owned(packed.bytes));
-    } else {
-        data.push(Cow::Owned(head));
-        data.push(Cow::Borrowed(tracking_records));
-        data.extend(cpu_slices.into_iter().map(Cow::Borrowed));
-        data.push(Cow::Owned(tail));
+        out
     }
-    let data_len: u64 = data.iter().map(|d| d.len() as u64).sum();
-    summary.data_bytes = data_len;
+}
 
-    // Features, in ascending bit order.
-    let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
-    let tracepoints = tracepoints_of(events);
-    if !tracepoints.is_empty() {
-        let body =
-            features::tracing_data(&host.tracing, host.page_size, &tracepoints).map_err(|tp| {
-                PerfDataError::MissingTracepointFormat {
-                    event: format!("{}:{}", tp.0, tp.1),
-                }
-            })?;
-        feats.push((bit::TRACING_DATA, body));
+/// The data section: the records in order, or packed into COMPRESSED
+/// records at `level`.
+fn pack_data<'a>(
+    head: Vec<u8>,
+    records: &mut DataRecords<'a>,
+    level: Option<i32>,
+    summary: &mut DataSummary,
+) -> Result<Vec<Cow<'a, [u8]>>, PerfDataError> {
+    let Some(level) = level else {
+        let mut data = vec![Cow::Owned(head), Cow::Borrowed(records.tracking)];
+        data.extend(records.cpus.iter().map(|s| Cow::Borrowed(*s)));
+        data.push(Cow::Owned(std::mem::take(&mut records.losses)));
+        return Ok(data);
+    };
+    let mut parts: Vec<&[u8]> = vec![&head];
+    parts.extend(compress::split_jobs(records.tracking));
+    for s in &records.cpus {
+        parts.extend(compress::split_jobs(s));
     }
-    let build_ids = build_id_entries(
-        capture,
-        tracking_records,
-        host,
-        pid_offset.is_some().then_some(&sampled_pids),
-    );
-    if !build_ids.is_empty() {
-        feats.push((bit::BUILD_ID, features::build_ids(&build_ids)));
-    }
-    feats.push((bit::HOSTNAME, features::string_section(&host.hostname)));
-    feats.push((bit::OSRELEASE, features::string_section(&host.os_release)));
-    feats.push((bit::VERSION, features::string_section(&host.version)));
-    feats.push((bit::ARCH, features::string_section(&host.arch)));
-    feats.push((bit::NRCPUS, features::nrcpus(host)));
-    let m = &host.machine;
-    if let Some(desc) = &m.cpu_desc {
-        feats.push((bit::CPUDESC, features::string_section(desc)));
-    }
-    if let Some(cpuid) = &m.cpuid {
-        feats.push((bit::CPUID, features::string_section(cpuid)));
-    }
-    if let Some(kb) = m.total_mem_kb {
-        feats.push((bit::TOTAL_MEM, features::total_mem(kb)));
-    }
-    feats.push((bit::CMDLINE, features::cmdline(&host.cmdline)));
-    feats.push((bit::EVENT_DESC, features::event_desc(events)));
-    // perf reads one core/socket id pair per NRCPUS CPU.
-    if let Some(t) = m
-        .topology
-        .as_ref()
-        .filter(|t| t.cpus.len() == host.nr_cpus_available as usize)
-    {
-        feats.push((bit::CPU_TOPOLOGY, features::cpu_topology(t)));
-    }
-    if !m.numa_nodes.is_empty() {
-        feats.push((bit::NUMA_TOPOLOGY, features::numa_topology(&m.numa_nodes)));
-    }
-    if !m.pmus.is_empty() {
-        feats.push((bit::PMU_MAPPINGS, features::pmu_mappings(&m.pmus)));
-    }
-    if !m.caches.is_empty() {
-        feats.push((bit::CACHE, features::cache(&m.caches)));
-    }
-    if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
-        feats.push((bit::SAMPLE_TIME, features::sample_time(first, last)));
-    }
-    if let Some(mem) = &m.mem_topology {
-        feats.push((bit::MEM_TOPOLOGY, features::mem_topology(mem)));
-    }
-    feats.push((bit::CLOCKID, features::clockid(host.clock_resolution_ns)));
-    if let Some(c) = &summary.compression {
-        let ratio = c.input_bytes.checked_div(c.output_bytes).unwrap_or(0);
-        feats.push((
-            bit::COMPRESSED,
-            features::compressed(
-                c.level,
-                u32::try_from(ratio).unwrap_or(u32::MAX),
-                c.mmap_len,
-            ),
-        ));
-    }
+    parts.push(&records.losses);
+    let packed =
+        compress::pack_all(&parts, level).map_err(|source| PerfDataError::Compress { source })?;
+    summary.compression = Some(CompressionSummary {
+        level,
+        input_bytes: packed.input_bytes,
+        output_bytes: packed.bytes.len() as u64,
+        mmap_len: MAX_RECORD_INPUT as u32,
+    });
+    Ok(vec![Cow::Owned(packed.bytes)])
+}
 
-    if let Some(clock) = &host.clock {
-        feats.push((bit::CLOCK_DATA, features::clock_data(clock)));
-    }
-
-    // Ids, attrs.
+/// `header | id arrays | attrs | data | feature index | feature bodies`.
+fn assemble<'a>(
+    events: &[EventDescriptor],
+    data: Vec<Cow<'a, [u8]>>,
+    feats: Vec<(u32, Vec<u8>)>,
+    mut summary: DataSummary,
+) -> PerfData<'a> {
     let mut ids = Vec::new();
     let ids_offset = FILE_HEADER_SIZE as u64;
     let mut id_sections = Vec::with_capacity(events.len());
@@ -428,6 +400,7 @@ pub fn write_perf_data<'a>(
         attrs.extend_from_slice(&size.to_le_bytes());
     }
     let data_offset = attrs_offset + attrs.len() as u64;
+    let data_len = summary.data_bytes;
 
     let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
     let bodies: Vec<Vec<u8>> = feats.into_iter().map(|(_, b)| b).collect();
@@ -449,7 +422,7 @@ pub fn write_perf_data<'a>(
     segments.extend(bodies.into_iter().map(Cow::Owned));
     summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
     segments.retain(|s| !s.is_empty());
-    Ok(PerfData { segments, summary })
+    PerfData { segments, summary }
 }
 
 /// Where the pid lies in the sample records of every sampling event, if
@@ -556,6 +529,7 @@ mod tests {
     use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
     use super::*;
+    use crate::snapshot::features::bit;
     use crate::snapshot::testing::{
         KNOWN_COMM, KNOWN_PID, LATE_COMM, LATE_PID, SCHED_SWITCH_FORMAT, SyntheticSpec,
         synthetic_capture, synthetic_host,

@@ -10,6 +10,7 @@
 
 mod hits;
 mod psi;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,9 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flightrec_config::{Spanned, TriggerConfig, TriggerOn};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use std::os::fd::AsFd;
 
 use super::gate::{Gate, GateRules, Verdict};
 use crate::perf::PerfError;
@@ -27,6 +26,7 @@ use crate::perf::condition_ring::ConditionRing;
 use crate::perf::event::{EventError, EventKind, EventSpec};
 pub use hits::{Hit, Hits, parse_hits};
 pub use psi::{PROC_PRESSURE, pressure_path};
+use watch::watch;
 
 /// How often losses are read for `on = "loss"` triggers.
 const LOSS_PERIOD: Duration = Duration::from_millis(500);
@@ -306,232 +306,6 @@ impl Drop for Conditions {
         let _ = self.stop.write(1);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-/// Which poll entry belongs to what.
-#[derive(Clone, Copy)]
-enum Slot {
-    Stop,
-    Ring { watched: usize, ring: usize },
-    Psi { watched: usize },
-}
-
-fn comm_of(pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(comm.trim_end().to_string())
-}
-
-/// Runs `w`'s gate over `n` matches (or one firing without counting, when
-/// `count` is false) and reports each verdict other than Counting, once
-/// per verdict with how many times it happened.
-fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: String, sink: &Sink) {
-    let (mut dumps, mut cooldown, mut hourly) = (0u64, 0u64, 0u64);
-    let mut last = [None, None, None];
-    for _ in 0..n {
-        let verdict = if count {
-            w.gate.on_match(now)
-        } else {
-            w.gate.fire(now)
-        };
-        let slot = match verdict {
-            Verdict::Counting => continue,
-            Verdict::Dump => {
-                dumps += 1;
-                0
-            }
-            Verdict::Suppressed(super::gate::Suppression::Cooldown) => {
-                cooldown += 1;
-                1
-            }
-            Verdict::Suppressed(super::gate::Suppression::HourlyLimit) => {
-                hourly += 1;
-                2
-            }
-        };
-        last[slot] = Some(verdict);
-    }
-    for (times, verdict) in [dumps, cooldown, hourly].into_iter().zip(last) {
-        if let (true, Some(verdict)) = (times > 0, verdict) {
-            sink(Fired {
-                name: w.name.clone(),
-                matched: matched.clone(),
-                verdict,
-                times,
-                label: w.label.clone(),
-                compress: w.compress,
-                delay: w.delay,
-            });
-        }
-    }
-}
-
-fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &Sink) {
-    let mut buf = Vec::new();
-    loop {
-        let now = Instant::now();
-        let mut next_tick: Option<Instant> = None;
-        for w in &mut watched {
-            let due = match &mut w.source {
-                Source::Loss { next, .. } | Source::Interval { next, .. } => Some(*next),
-                Source::Tracepoint { snoozed, .. } => {
-                    // Wake-ups end snoozes that are over; the rest set the timeout.
-                    for s in snoozed.iter_mut() {
-                        if s.is_some_and(|until| until <= now) {
-                            *s = None;
-                        }
-                    }
-                    snoozed.iter().flatten().min().copied()
-                }
-                Source::Psi { .. } => None,
-            };
-            if let Some(d) = due {
-                next_tick = Some(next_tick.map_or(d, |n| n.min(d)));
-            }
-        }
-        let timeout = match next_tick {
-            None => PollTimeout::NONE,
-            Some(at) => {
-                let ms = at.saturating_duration_since(now).as_millis();
-                // Rounded up, so a tick is never polled for early in a loop.
-                PollTimeout::try_from(i32::try_from(ms + 1).unwrap_or(i32::MAX))
-                    .unwrap_or(PollTimeout::MAX)
-            }
-        };
-        let mut slots = vec![Slot::Stop];
-        let ready: Vec<(Slot, PollFlags)> = {
-            let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
-            for (wi, w) in watched.iter().enumerate() {
-                match &w.source {
-                    Source::Tracepoint { rings, snoozed, .. } => {
-                        for (ri, r) in rings.iter().enumerate() {
-                            if snoozed[ri].is_some() {
-                                continue;
-                            }
-                            fds.push(PollFd::new(r.fd(), PollFlags::POLLIN));
-                            slots.push(Slot::Ring {
-                                watched: wi,
-                                ring: ri,
-                            });
-                        }
-                    }
-                    Source::Psi { file, broken, .. } if !broken => {
-                        fds.push(PollFd::new(file.as_fd(), PollFlags::POLLPRI));
-                        slots.push(Slot::Psi { watched: wi });
-                    }
-                    _ => {}
-                }
-            }
-            match poll(&mut fds, timeout) {
-                Ok(_) => fds
-                    .iter()
-                    .zip(&slots)
-                    .filter_map(|(fd, slot)| {
-                        fd.revents().filter(|r| !r.is_empty()).map(|r| (*slot, r))
-                    })
-                    .collect(),
-                Err(nix::errno::Errno::EINTR) => Vec::new(),
-                Err(e) => {
-                    tracing::error!("conditions: poll failed, condition triggers stop: {e}");
-                    return;
-                }
-            }
-        };
-        let now = Instant::now();
-        for (slot, revents) in ready {
-            match slot {
-                Slot::Stop => return,
-                Slot::Ring { watched: wi, ring } => {
-                    let w = &mut watched[wi];
-                    let Source::Tracepoint {
-                        event,
-                        rings,
-                        snoozed,
-                    } = &mut w.source
-                    else {
-                        continue;
-                    };
-                    buf.clear();
-                    rings[ring].drain(&mut buf);
-                    let hits = parse_hits(&buf);
-                    if hits.total() > 1 {
-                        snoozed[ring] = Some(now + BUSY_SNOOZE);
-                    }
-                    if hits.total() == 0 {
-                        continue;
-                    }
-                    let matched = match hits.sampled.first() {
-                        Some(h) => format!(
-                            "{event} on CPU {} by pid {}{}",
-                            h.cpu,
-                            h.pid,
-                            comm_of(h.pid)
-                                .map(|c| format!(" ({c})"))
-                                .unwrap_or_default()
-                        ),
-                        None => format!("{event} ({} hits the ring had no room for)", hits.lost),
-                    };
-                    // A burst's hits beyond what the gate can use change
-                    // nothing but the count of suppressed firings: capped so
-                    // a flood costs bounded work.
-                    judge(
-                        w,
-                        now,
-                        hits.total().min(MAX_HITS_PER_READ),
-                        true,
-                        matched,
-                        sink,
-                    );
-                }
-                Slot::Psi { watched: wi } => {
-                    let w = &mut watched[wi];
-                    let Source::Psi {
-                        path, text, broken, ..
-                    } = &mut w.source
-                    else {
-                        continue;
-                    };
-                    if revents.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
-                        tracing::error!(
-                            trigger = %w.name,
-                            "{} reports an error (removed cgroup?): this trigger stops",
-                            path.display()
-                        );
-                        *broken = true;
-                        continue;
-                    }
-                    if revents.contains(PollFlags::POLLPRI) {
-                        let matched = format!("pressure {text} ({})", path.display());
-                        judge(w, now, 1, false, matched, sink);
-                    }
-                }
-            }
-        }
-        for w in &mut watched {
-            match &mut w.source {
-                Source::Interval { every, next } if *next <= now => {
-                    while *next <= now {
-                        *next += *every;
-                    }
-                    let matched = format!("every {}", flightrec_config::HumanDuration(*every));
-                    judge(w, now, 1, false, matched, sink);
-                }
-                Source::Loss { last, next } if *next <= now => {
-                    *next = now + LOSS_PERIOD;
-                    let Some(total) = losses() else { continue };
-                    let grown = last.map_or(0, |l| total.saturating_sub(l));
-                    *last = Some(total);
-                    if grown > 0 {
-                        let rules = w.gate.rules();
-                        let matched = format!("{grown} samples or tracking records lost");
-                        // More than `count` lost at once fires once: the
-                        // rest would only be suppressed by the cooldown.
-                        judge(w, now, grown.min(rules.count), true, matched, sink);
-                    }
-                }
-                _ => {}
-            }
         }
     }
 }

@@ -1,6 +1,10 @@
 //! `[fleet]`: the NATS servers a daemon joins, its credentials, its name
 //! and labels in the fleet, and where snapshots are shipped. Absent, the
-//! daemon runs alone.
+//! daemon runs alone. The S3 sub-table is in [`s3`], the rules for names
+//! (URLs, hosts, subjects, buckets, labels) in [`names`].
+
+mod names;
+mod s3;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,6 +17,10 @@ use toml::Spanned;
 
 use crate::checks::check_path;
 use crate::message::quoted;
+use names::{check_bucket, check_nats_url, check_subject_prefix};
+
+pub use names::{check_host, check_label_key, check_label_value};
+pub use s3::S3Config;
 
 /// Default `subject` prefix: requests go to `flightrec.dump[.<host>]`.
 pub const DEFAULT_SUBJECT: &str = "flightrec";
@@ -51,26 +59,6 @@ impl<'de> Deserialize<'de> for NatsServers {
         }
         d.deserialize_any(OneOrMany)
     }
-}
-
-/// `s3 = { url, endpoint, region, credentials_file }`: a second
-/// destination of uploads. A snapshot goes to `<prefix>/<host>/<id>.perf.data`
-/// in the bucket, its description as `x-amz-meta-*` metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Config {
-    /// `s3://bucket/prefix`.
-    pub url: Spanned<String>,
-    /// An S3-compatible server, `http(s)://host:port`; default: AWS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<Spanned<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region: Option<Spanned<String>>,
-    /// `AWS_ACCESS_KEY_ID=...`, `AWS_SECRET_ACCESS_KEY=...` and optionally
-    /// `AWS_SESSION_TOKEN=...` lines (as systemd's EnvironmentFile); default:
-    /// those variables in the daemon's environment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials_file: Option<Spanned<PathBuf>>,
 }
 
 /// `[fleet]`
@@ -152,8 +140,43 @@ impl FleetConfig {
             .collect()
     }
 
-    /// Checks the section; `whole` is its span (for a missing key).
+    /// Checks the section; `whole` is its span (for a missing key). The
+    /// first problem wins.
     pub(crate) fn validate(&self, whole: Range<usize>) -> Result<(), (Range<usize>, String)> {
+        self.check_servers()?;
+        self.check_user_credentials(&whole)?;
+        self.check_tls_pair(&whole)?;
+        for (key, path) in [
+            ("creds", &self.creds),
+            ("password_file", &self.password_file),
+            ("tls_ca", &self.tls_ca),
+            ("tls_cert", &self.tls_cert),
+            ("tls_key", &self.tls_key),
+        ] {
+            if let Some(p) = path {
+                check_absolute_path(key, p)?;
+            }
+        }
+        self.check_names()?;
+        self.check_labels(&whole)?;
+        let replicas = &self.replicas;
+        if !(1..=MAX_REPLICAS).contains(replicas.get_ref()) {
+            return Err((
+                replicas.span(),
+                format!(
+                    "fleet.replicas = {} is out of range: JetStream keeps 1 to {MAX_REPLICAS} copies",
+                    replicas.get_ref()
+                ),
+            ));
+        }
+        if let Some(s3) = &self.s3 {
+            s3.get_ref().validate()?;
+        }
+        Ok(())
+    }
+
+    /// `nats`: at least one server, each a NATS URL.
+    fn check_servers(&self) -> Result<(), (Range<usize>, String)> {
         let nats = &self.nats;
         if nats.get_ref().0.is_empty() {
             return Err((
@@ -165,6 +188,12 @@ impl FleetConfig {
         for url in &nats.get_ref().0 {
             check_nats_url(url).map_err(|why| (nats.span(), format!("fleet.nats: {why}")))?;
         }
+        Ok(())
+    }
+
+    /// Either `creds` or `user` with `password_file`, and a user name NATS
+    /// can take.
+    fn check_user_credentials(&self, whole: &Range<usize>) -> Result<(), (Range<usize>, String)> {
         match (&self.creds, &self.user, &self.password_file) {
             (Some(_), Some(user), _) => {
                 return Err((
@@ -174,7 +203,7 @@ impl FleetConfig {
             }
             (_, Some(_), None) => {
                 return Err((
-                    whole,
+                    whole.clone(),
                     "fleet.user needs password_file (a file holding the password)".into(),
                 ));
             }
@@ -199,41 +228,27 @@ impl FleetConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `tls_cert` and `tls_key`: a client certificate needs its key.
+    fn check_tls_pair(&self, whole: &Range<usize>) -> Result<(), (Range<usize>, String)> {
         match (&self.tls_cert, &self.tls_key) {
-            (Some(_), None) => {
-                return Err((
-                    whole,
-                    "fleet.tls_cert needs tls_key (its private key)".into(),
-                ));
-            }
-            (None, Some(key)) => {
-                return Err((
-                    key.span(),
-                    "fleet.tls_key needs tls_cert (the certificate it belongs to)".into(),
-                ));
-            }
-            _ => {}
+            (Some(_), None) => Err((
+                whole.clone(),
+                "fleet.tls_cert needs tls_key (its private key)".into(),
+            )),
+            (None, Some(key)) => Err((
+                key.span(),
+                "fleet.tls_key needs tls_cert (the certificate it belongs to)".into(),
+            )),
+            _ => Ok(()),
         }
-        for (key, path) in [
-            ("creds", &self.creds),
-            ("password_file", &self.password_file),
-            ("tls_ca", &self.tls_ca),
-            ("tls_cert", &self.tls_cert),
-            ("tls_key", &self.tls_key),
-        ] {
-            if let Some(p) = path {
-                check_path(p.get_ref()).map_err(|why| (p.span(), format!("fleet.{key} {why}")))?;
-                if !p.get_ref().is_absolute() {
-                    return Err((
-                        p.span(),
-                        format!(
-                            "fleet.{key} {} must be an absolute path",
-                            quoted(&p.get_ref().display().to_string())
-                        ),
-                    ));
-                }
-            }
-        }
+    }
+
+    /// `host`, `subject` and `bucket`: they become parts of subjects and
+    /// object names.
+    fn check_names(&self) -> Result<(), (Range<usize>, String)> {
         if let Some(host) = &self.host {
             check_host(host.get_ref())
                 .map_err(|why| (host.span(), format!("fleet.host: {why}")))?;
@@ -243,10 +258,14 @@ impl FleetConfig {
             .map_err(|why| (subject.span(), format!("fleet.subject: {why}")))?;
         let bucket = &self.bucket;
         check_bucket(bucket.get_ref())
-            .map_err(|why| (bucket.span(), format!("fleet.bucket: {why}")))?;
+            .map_err(|why| (bucket.span(), format!("fleet.bucket: {why}")))
+    }
+
+    /// `labels`: how many, and each key and value.
+    fn check_labels(&self, whole: &Range<usize>) -> Result<(), (Range<usize>, String)> {
         if self.labels.len() > MAX_FLEET_LABELS {
             return Err((
-                whole,
+                whole.clone(),
                 format!(
                     "fleet.labels has {} labels, at most {MAX_FLEET_LABELS} are allowed",
                     self.labels.len()
@@ -258,232 +277,25 @@ impl FleetConfig {
                 .and_then(|()| check_label_value(value.get_ref()))
                 .map_err(|why| (value.span(), format!("fleet.labels: {why}")))?;
         }
-        let replicas = &self.replicas;
-        if !(1..=MAX_REPLICAS).contains(replicas.get_ref()) {
-            return Err((
-                replicas.span(),
-                format!(
-                    "fleet.replicas = {} is out of range: JetStream keeps 1 to {MAX_REPLICAS} copies",
-                    replicas.get_ref()
-                ),
-            ));
-        }
-        if let Some(s3) = &self.s3 {
-            s3.get_ref().validate()?;
-        }
         Ok(())
     }
 }
 
-impl S3Config {
-    fn validate(&self) -> Result<(), (Range<usize>, String)> {
-        let url = &self.url;
-        let bucket = url
-            .get_ref()
-            .strip_prefix("s3://")
-            .map(|rest| rest.split('/').next().unwrap_or(""));
-        let bucket_ok = bucket.is_some_and(|b| {
-            (3..=63).contains(&b.len())
-                && b.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        });
-        if !bucket_ok
-            || url
-                .get_ref()
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err((
-                url.span(),
-                format!(
-                    "fleet.s3.url {} is not s3://bucket/prefix (a bucket of 3 to 63 characters \
-                     from a-z 0-9 . -)",
-                    quoted(url.get_ref())
-                ),
-            ));
-        }
-        // Object keys cannot hold `.` or `..` segments (S3 clients resolve
-        // them as paths), nor be longer than 1024 bytes.
-        let prefix = url.get_ref()["s3://".len()..]
-            .split_once('/')
-            .map_or("", |(_, p)| p);
-        if prefix.split('/').any(|s| s == "." || s == "..") || prefix.len() > 512 {
-            return Err((
-                url.span(),
-                format!(
-                    "fleet.s3.url {}: the prefix must not hold . or .. segments and is at most \
-                     512 bytes",
-                    quoted(url.get_ref())
-                ),
-            ));
-        }
-        if let Some(endpoint) = &self.endpoint {
-            let e = endpoint.get_ref();
-            let rest = e
-                .strip_prefix("http://")
-                .or_else(|| e.strip_prefix("https://"));
-            if rest.is_none_or(|r| {
-                r.is_empty() || r.chars().any(|c| c.is_whitespace() || c.is_control())
-            }) {
-                return Err((
-                    endpoint.span(),
-                    format!(
-                        "fleet.s3.endpoint {} is not an http:// or https:// URL",
-                        quoted(e)
-                    ),
-                ));
-            }
-        }
-        if let Some(file) = &self.credentials_file {
-            let path = file.get_ref();
-            check_path(path)
-                .map_err(|why| (file.span(), format!("fleet.s3.credentials_file {why}")))?;
-            if !path.is_absolute() {
-                return Err((
-                    file.span(),
-                    format!(
-                        "fleet.s3.credentials_file {} must be an absolute path",
-                        quoted(&path.display().to_string())
-                    ),
-                ));
-            }
-        }
-        if let Some(region) = &self.region {
-            let r = region.get_ref();
-            let ok = !r.is_empty()
-                && r.len() <= 64
-                && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if !ok {
-                return Err((
-                    region.span(),
-                    format!(
-                        "fleet.s3.region {} is not valid: 1 to 64 characters from a-z 0-9 -, \
-                         e.g. \"eu-west-1\"",
-                        quoted(r)
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `scheme://host[:port]` with a NATS scheme, or `host:port`.
-fn check_nats_url(url: &str) -> Result<(), String> {
-    let rest = match url.split_once("://") {
-        Some((scheme, rest)) if ["nats", "tls", "ws", "wss"].contains(&scheme) => rest,
-        Some(_) => {
-            return Err(format!(
-                "{} does not start with nats://, tls://, ws:// or wss://",
-                quoted(url)
-            ));
-        }
-        None => url,
-    };
-    // user:password@ in the URL is allowed by NATS but would put a secret
-    // in the config printed by --check-config: credentials go in files.
-    let bad = rest.is_empty()
-        || rest.contains('@')
-        || rest.chars().any(|c| c.is_whitespace() || c.is_control());
-    let port_ok = match rest.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => {
-            port.trim_end_matches('/')
-                .parse::<u16>()
-                .is_ok_and(|p| p > 0)
-                && !host.is_empty()
-        }
-        _ => true,
-    };
-    if bad || !port_ok {
-        return Err(format!(
-            "{} is not a server URL such as \"nats://10.0.0.1:4222\" (credentials go in creds \
-             or user/password_file, not in the URL)",
-            quoted(url)
+/// A file the daemon opens, named `fleet.<key>` in errors: a usable path,
+/// and absolute, so that it does not depend on the daemon's working
+/// directory.
+fn check_absolute_path(key: &str, path: &Spanned<PathBuf>) -> Result<(), (Range<usize>, String)> {
+    check_path(path.get_ref()).map_err(|why| (path.span(), format!("fleet.{key} {why}")))?;
+    if !path.get_ref().is_absolute() {
+        return Err((
+            path.span(),
+            format!(
+                "fleet.{key} {} must be an absolute path",
+                quoted(&path.get_ref().display().to_string())
+            ),
         ));
     }
     Ok(())
-}
-
-/// A host name in subjects and object names: `[A-Za-z0-9_-]` tokens
-/// joined by single dots.
-pub fn check_host(host: &str) -> Result<(), String> {
-    let ok = !host.is_empty()
-        && host.len() <= MAX_FLEET_NAME_BYTES
-        && host.split('.').all(|t| {
-            !t.is_empty()
-                && t.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "host {} is not valid: 1 to {MAX_FLEET_NAME_BYTES} characters from A-Z a-z 0-9 _ - \
-             and single dots between them",
-            quoted(host)
-        ))
-    }
-}
-
-/// A subject prefix: tokens of `[A-Za-z0-9_-]` joined by single dots (no
-/// wildcard: it is subscribed to literally).
-fn check_subject_prefix(prefix: &str) -> Result<(), String> {
-    check_host(prefix).map_err(|_| {
-        format!(
-            "{} is not a subject prefix: 1 to {MAX_FLEET_NAME_BYTES} characters from A-Z a-z 0-9 \
-             _ - and single dots between them, no wildcard",
-            quoted(prefix)
-        )
-    })
-}
-
-/// A JetStream bucket name: `[A-Za-z0-9_-]`, 1 to 64 characters.
-fn check_bucket(bucket: &str) -> Result<(), String> {
-    let ok = !bucket.is_empty()
-        && bucket.len() <= 64
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} is not a bucket name: 1 to 64 characters from A-Z a-z 0-9 _ -",
-            quoted(bucket)
-        ))
-    }
-}
-
-/// A label key: `[A-Za-z0-9_.-]`, 1 to 128 characters.
-pub fn check_label_key(key: &str) -> Result<(), String> {
-    let ok = !key.is_empty()
-        && key.len() <= MAX_FLEET_NAME_BYTES
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "label key {} is not valid: 1 to {MAX_FLEET_NAME_BYTES} characters from A-Z a-z 0-9 \
-             . _ -",
-            quoted(key)
-        ))
-    }
-}
-
-/// A label value: 1 to 128 bytes, no control characters.
-pub fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || value.len() > MAX_FLEET_NAME_BYTES || value.chars().any(char::is_control)
-    {
-        Err(format!(
-            "label value {} is not valid: 1 to {MAX_FLEET_NAME_BYTES} bytes without control \
-             characters",
-            quoted(value)
-        ))
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -664,52 +476,6 @@ s3 = { url = "s3://snapshots/flightrec", endpoint = "http://127.0.0.1:9000", reg
             3,
             12,
             "out of range",
-        );
-    }
-
-    #[test]
-    fn s3_is_checked() {
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"https://b/p\" }\n",
-            3,
-            14,
-            "is not s3://bucket/prefix",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt/p\", endpoint = \"ftp://x\" }\n",
-            3,
-            39,
-            "not an http:// or https:// URL",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", region = \"eu west\" }\n",
-            3,
-            35,
-            "fleet.s3.region",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", key = \"x\" }\n",
-            3,
-            26,
-            "unknown field `key`",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt/a/../b\" }\n",
-            3,
-            14,
-            "the prefix must not hold . or .. segments",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"s3.env\" }\n",
-            3,
-            45,
-            "fleet.s3.credentials_file \"s3.env\" must be an absolute path",
-        );
-        rejected_at(
-            "[fleet]\nnats = \"nats://x\"\ns3 = { url = \"s3://bkt\", credentials_file = \"\" }\n",
-            3,
-            45,
-            "fleet.s3.credentials_file is empty",
         );
     }
 }

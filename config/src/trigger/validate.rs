@@ -1,218 +1,19 @@
-//! `[[trigger]]`: conditions that dump by themselves (a tracepoint, a PSI
-//! stall, ring losses, a period), their rate limits and their validation.
+//! What serde cannot check about a `[[trigger]]`: its name, which keys its
+//! kind needs or forbids, the values of those keys and its rate limits.
+//! Each check returns the span of the offending value with its message, so
+//! the error names the file, line and column; the first problem wins, so
+//! the checks run in a fixed order.
 
 use std::ops::Range;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use super::{MAX_TRIGGER_NAME_BYTES, MIN_EVERY, PsiSpec, TriggerConfig, TriggerOn};
 use crate::checks::{MAX_FILTER_BYTES, check_event_name, check_path};
 use crate::message::quoted;
-use crate::units::HumanDuration;
-
-/// Longest trigger name (it is part of every snapshot's trigger field).
-pub const MAX_TRIGGER_NAME_BYTES: usize = 64;
-/// Default `cooldown`: minimum time between two dumps of one trigger.
-pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(10);
-/// Default `max_per_hour`.
-pub const DEFAULT_MAX_PER_HOUR: u32 = 60;
-/// Default `window` when `count` > 1.
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
-/// Shortest `every` of an interval trigger.
-pub const MIN_EVERY: Duration = Duration::from_secs(1);
-/// The kernel's PSI trigger window bounds (kernel/sched/psi.c).
-pub const PSI_WINDOW_MIN: Duration = Duration::from_millis(500);
-pub const PSI_WINDOW_MAX: Duration = Duration::from_secs(10);
-
-/// What a trigger watches (`on`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TriggerOn {
-    Tracepoint,
-    Psi,
-    Loss,
-    Interval,
-}
-
-impl TriggerOn {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TriggerOn::Tracepoint => "tracepoint",
-            TriggerOn::Psi => "psi",
-            TriggerOn::Loss => "loss",
-            TriggerOn::Interval => "interval",
-        }
-    }
-}
-
-/// One `[[trigger]]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TriggerConfig {
-    /// `[A-Za-z0-9_-]`, at most 64 bytes, unique.
-    pub name: Spanned<String>,
-    pub on: Spanned<TriggerOn>,
-    /// `system:tracepoint` (on = "tracepoint").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<Spanned<String>>,
-    /// ftrace filter on the tracepoint's fields.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<Spanned<String>>,
-    /// `"<cpu|memory|io> <some|full> <stall> <window>"` (on = "psi").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub psi: Option<Spanned<String>>,
-    /// A cgroup v2 directory whose `*.pressure` file is watched instead of
-    /// /proc/pressure (on = "psi").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<Spanned<PathBuf>>,
-    /// Period (on = "interval").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub every: Option<Spanned<HumanDuration>>,
-    /// Fire when this many matches happen within `window`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<Spanned<u64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<Spanned<HumanDuration>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cooldown: Option<Spanned<HumanDuration>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_per_hour: Option<Spanned<u32>>,
-    /// Overrides `snapshot.post_trigger_delay` for this trigger.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_trigger_delay: Option<Spanned<HumanDuration>>,
-    /// The snapshots' label; default: the name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<Spanned<String>>,
-    /// Default: `snapshot.compression`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compress: Option<bool>,
-}
-
-/// The resource a PSI trigger watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PsiResource {
-    Cpu,
-    Memory,
-    Io,
-}
-
-impl PsiResource {
-    /// The file name, in /proc/pressure and in a cgroup directory (`cpu`,
-    /// `cpu.pressure`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PsiResource::Cpu => "cpu",
-            PsiResource::Memory => "memory",
-            PsiResource::Io => "io",
-        }
-    }
-}
-
-/// A parsed `psi` value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PsiSpec {
-    pub resource: PsiResource,
-    /// `full` (every task stalled) rather than `some`.
-    pub full: bool,
-    pub stall: Duration,
-    pub window: Duration,
-}
-
-impl PsiSpec {
-    /// Parses `"cpu some 100ms 1s"`; the error is a sentence.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let usage = || {
-            format!(
-                "psi = {} is not \"<cpu|memory|io> <some|full> <stall> <window>\", \
-                 e.g. \"cpu some 100ms 1s\"",
-                quoted(text)
-            )
-        };
-        let [resource, kind, stall, window] = words[..] else {
-            return Err(usage());
-        };
-        let resource = match resource {
-            "cpu" => PsiResource::Cpu,
-            "memory" => PsiResource::Memory,
-            "io" => PsiResource::Io,
-            _ => return Err(usage()),
-        };
-        let full = match kind {
-            "some" => false,
-            "full" => true,
-            _ => return Err(usage()),
-        };
-        let stall = HumanDuration::parse(stall)?.get();
-        let window = HumanDuration::parse(window)?.get();
-        if !(PSI_WINDOW_MIN..=PSI_WINDOW_MAX).contains(&window) {
-            return Err(format!(
-                "psi = {}: the window must be 500ms to 10s (the kernel's PSI limits)",
-                quoted(text)
-            ));
-        }
-        if stall.is_zero() || stall > window {
-            return Err(format!(
-                "psi = {}: the stall must be more than 0 and at most the window",
-                quoted(text)
-            ));
-        }
-        Ok(Self {
-            resource,
-            full,
-            stall,
-            window,
-        })
-    }
-
-    /// What the kernel's trigger interface reads: `some 100000 1000000`.
-    pub fn kernel_text(&self) -> String {
-        format!(
-            "{} {} {}",
-            if self.full { "full" } else { "some" },
-            self.stall.as_micros(),
-            self.window.as_micros()
-        )
-    }
-}
 
 impl TriggerConfig {
-    pub fn count(&self) -> u64 {
-        self.count.as_ref().map_or(1, |c| *c.get_ref())
-    }
-
-    pub fn window(&self) -> Duration {
-        self.window
-            .as_ref()
-            .map_or(DEFAULT_WINDOW, |w| w.get_ref().get())
-    }
-
-    pub fn cooldown(&self) -> Duration {
-        self.cooldown
-            .as_ref()
-            .map_or(DEFAULT_COOLDOWN, |c| c.get_ref().get())
-    }
-
-    pub fn max_per_hour(&self) -> u32 {
-        self.max_per_hour
-            .as_ref()
-            .map_or(DEFAULT_MAX_PER_HOUR, |m| *m.get_ref())
-    }
-
-    /// The label of this trigger's snapshots.
-    pub fn label(&self) -> &str {
-        self.label.as_ref().unwrap_or(&self.name).get_ref()
-    }
-
-    /// The parsed `psi` value (validated at load).
-    pub fn psi_spec(&self) -> Option<PsiSpec> {
-        self.psi
-            .as_ref()
-            .and_then(|p| PsiSpec::parse(p.get_ref()).ok())
-    }
-
     /// Checks one trigger; `whole` is the table's span (for a missing key).
     pub(crate) fn validate(&self, whole: Range<usize>) -> Result<(), (Range<usize>, String)> {
         let name = &self.name;
@@ -220,8 +21,21 @@ impl TriggerConfig {
             return Err((name.span(), why));
         }
         let n = name.get_ref();
+        self.check_keys_match_kind(n)?;
+        self.check_kind_has_its_key(n, whole)?;
+        // A loss trigger has no key of its own: only the shared checks
+        // below apply to it.
+        self.check_tracepoint_keys(n)?;
+        self.check_psi_keys(n)?;
+        self.check_interval_keys(n)?;
+        self.check_rate_limits(n)?;
+        self.check_snapshot_keys(n)
+    }
+
+    /// Rejects a key that belongs to another kind than `on` (an `every` on
+    /// a tracepoint trigger would silently do nothing).
+    fn check_keys_match_kind(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         let on = *self.on.get_ref();
-        // Keys that belong to one kind only.
         let own: [(&str, Option<Range<usize>>, TriggerOn); 5] = [
             (
                 "event",
@@ -260,6 +74,17 @@ impl TriggerConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Rejects a kind without the key that says what it watches; the error
+    /// points at the whole table, since the key is missing.
+    fn check_kind_has_its_key(
+        &self,
+        n: &str,
+        whole: Range<usize>,
+    ) -> Result<(), (Range<usize>, String)> {
+        let on = *self.on.get_ref();
         let required = match on {
             TriggerOn::Tracepoint if self.event.is_none() => Some("event = \"system:tracepoint\""),
             TriggerOn::Psi if self.psi.is_none() => Some("psi = \"cpu some 100ms 1s\""),
@@ -276,6 +101,11 @@ impl TriggerConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `event` and `filter` (on = "tracepoint").
+    fn check_tracepoint_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(event) = &self.event {
             let e = event.get_ref();
             if !e.contains(':') {
@@ -305,6 +135,11 @@ impl TriggerConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `psi` and `cgroup` (on = "psi").
+    fn check_psi_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(psi) = &self.psi {
             PsiSpec::parse(psi.get_ref())
                 .map_err(|why| (psi.span(), format!("trigger {}: {why}", quoted(n))))?;
@@ -329,6 +164,11 @@ impl TriggerConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `every` (on = "interval").
+    fn check_interval_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(every) = &self.every
             && every.get_ref().get() < MIN_EVERY
         {
@@ -341,6 +181,12 @@ impl TriggerConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `count`, `window`, `cooldown` and `max_per_hour`, which every kind
+    /// shares.
+    fn check_rate_limits(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(count) = &self.count
             && *count.get_ref() == 0
         {
@@ -384,6 +230,11 @@ impl TriggerConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `post_trigger_delay` and `label`: what the trigger's snapshots are.
+    fn check_snapshot_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(delay) = &self.post_trigger_delay
             && delay.get_ref().get() > Duration::from_secs(60)
         {
@@ -468,91 +319,7 @@ pub(crate) fn validate_triggers(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::test_support::{parse, rejected_at};
-
-    #[test]
-    fn the_issue_examples_parse() {
-        let cfg = parse(
-            r#"
-[[trigger]]
-name = "probe-exec"
-on = "tracepoint"
-event = "sched:sched_process_exec"
-filter = 'filename ~ "*probe*"'
-count = 1
-window = "1s"
-cooldown = "10s"
-max_per_hour = 6
-post_trigger_delay = "0s"
-label = "probe"
-compress = true
-
-[[trigger]]
-name = "cpu-pressure"
-on = "psi"
-psi = "cpu some 100ms 1s"
-
-[[trigger]]
-name = "tracking-loss"
-on = "loss"
-
-[[trigger]]
-name = "every-30s"
-on = "interval"
-every = "30s"
-"#,
-        )
-        .unwrap();
-        assert_eq!(cfg.triggers.len(), 4);
-        let probe = cfg.triggers[0].get_ref();
-        assert_eq!(*probe.on.get_ref(), TriggerOn::Tracepoint);
-        assert_eq!(probe.max_per_hour(), 6);
-        assert_eq!(probe.label(), "probe");
-        assert_eq!(probe.compress, Some(true));
-        let psi = cfg.triggers[1].get_ref();
-        assert_eq!(psi.label(), "cpu-pressure");
-        assert_eq!(psi.cooldown(), DEFAULT_COOLDOWN);
-        assert_eq!(psi.max_per_hour(), DEFAULT_MAX_PER_HOUR);
-        assert_eq!(psi.psi_spec().unwrap().kernel_text(), "some 100000 1000000");
-        assert_eq!(
-            cfg.triggers[3]
-                .get_ref()
-                .every
-                .as_ref()
-                .unwrap()
-                .get_ref()
-                .get(),
-            Duration::from_secs(30)
-        );
-        assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
-    }
-
-    #[test]
-    fn psi_values_are_parsed_and_bounded() {
-        let s = PsiSpec::parse("memory full 150ms 2s").unwrap();
-        assert_eq!(s.resource, PsiResource::Memory);
-        assert!(s.full);
-        assert_eq!(s.kernel_text(), "full 150000 2000000");
-        for bad in [
-            "cpu some 100ms",
-            "disk some 1s 2s",
-            "cpu most 1s 2s",
-            "cpu some x 1s",
-        ] {
-            assert!(PsiSpec::parse(bad).is_err(), "{bad}");
-        }
-        assert!(
-            PsiSpec::parse("cpu some 100ms 20s")
-                .unwrap_err()
-                .contains("500ms to 10s")
-        );
-        assert!(
-            PsiSpec::parse("cpu some 2s 1s")
-                .unwrap_err()
-                .contains("at most the window")
-        );
-    }
+    use crate::test_support::rejected_at;
 
     #[test]
     fn bad_triggers_are_rejected_at_their_line_and_column() {

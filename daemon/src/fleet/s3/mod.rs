@@ -14,20 +14,26 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use flightrec_config::{S3Config, quoted};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
+    Attribute, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
 };
 use tokio::io::AsyncReadExt;
 
 use super::jetstream::ObjectDigest;
 use super::object::ObjectHeaders;
+
+mod credentials;
+mod metadata;
+
+pub use credentials::{ACCESS_KEY_ID, S3Credentials, SECRET_ACCESS_KEY, SESSION_TOKEN};
+pub use metadata::{
+    decode_metadata_value, encode_metadata_value, metadata_attributes, metadata_bytes,
+};
 
 /// Files up to this size go in one PUT; bigger ones in parts of this size
 /// (S3 wants at least 5 MiB per part but the last).
@@ -39,129 +45,6 @@ pub const PARTS_IN_FLIGHT: usize = 2;
 pub const MAX_METADATA_BYTES: usize = 2048;
 /// Region when none is configured (what S3-compatible servers expect).
 pub const DEFAULT_REGION: &str = "us-east-1";
-/// The environment variables (and credentials file lines) read.
-pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-pub const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
-
-/// Keys to sign requests with. Debug hides the secrets.
-#[derive(Clone, PartialEq, Eq)]
-pub struct S3Credentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl fmt::Debug for S3Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3Credentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"<hidden>")
-            .field(
-                "session_token",
-                &self.session_token.as_ref().map(|_| "<hidden>"),
-            )
-            .finish()
-    }
-}
-
-impl S3Credentials {
-    /// From variables looked up by `get`; `source` says where they were
-    /// looked for, and `hint` what else to do when none is there.
-    pub fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-        source: &str,
-        hint: &str,
-    ) -> Result<Self, String> {
-        let get = |name: &str| get(name).filter(|v| !v.is_empty());
-        match (get(ACCESS_KEY_ID), get(SECRET_ACCESS_KEY)) {
-            (Some(access_key_id), Some(secret_access_key)) => Ok(Self {
-                access_key_id,
-                secret_access_key,
-                session_token: get(SESSION_TOKEN),
-            }),
-            (None, None) => Err(format!(
-                "no S3 credentials: {ACCESS_KEY_ID} and {SECRET_ACCESS_KEY} are not set in \
-                 {source}{hint}"
-            )),
-            (None, Some(_)) => Err(format!(
-                "{ACCESS_KEY_ID} is not set in {source} ({SECRET_ACCESS_KEY} is)"
-            )),
-            (Some(_), None) => Err(format!(
-                "{SECRET_ACCESS_KEY} is not set in {source} ({ACCESS_KEY_ID} is)"
-            )),
-        }
-    }
-
-    /// From the daemon's environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(
-            |n| std::env::var(n).ok(),
-            "the daemon's environment",
-            " (set them, or fleet.s3.credentials_file)",
-        )
-    }
-
-    /// From a credentials file's text: `NAME=value` lines as systemd's
-    /// EnvironmentFile reads them (blank lines and `#`/`;` comments skipped,
-    /// an optional `export `, values optionally quoted). Other variables are
-    /// ignored, so the file may hold more. Errors name the file and line
-    /// (never the line's text: it may hold a secret).
-    pub fn parse_file(file: &Path, text: &str) -> Result<Self, String> {
-        let name = quoted(&file.display().to_string());
-        let mut vars = std::collections::HashMap::new();
-        for (index, line) in text.lines().enumerate() {
-            let at = || format!("fleet.s3.credentials_file {name} line {}", index + 1);
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-                continue;
-            }
-            let line = line.strip_prefix("export ").unwrap_or(line);
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(format!(
-                    "{}: not NAME=value (e.g. {ACCESS_KEY_ID}=AKIA...)",
-                    at()
-                ));
-            };
-            let key = key.trim();
-            let key_ok = key.chars().next().is_some_and(|c| !c.is_ascii_digit())
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !key_ok {
-                return Err(format!(
-                    "{}: {} is not a variable name (letters, digits and _)",
-                    at(),
-                    quoted(key)
-                ));
-            }
-            let value = value.trim();
-            let value = match value.as_bytes() {
-                [q @ (b'"' | b'\''), .., last] if last == q => &value[1..value.len() - 1],
-                [b'"' | b'\'', ..] => {
-                    return Err(format!("{}: the value of {key} has no closing quote", at()));
-                }
-                _ => value,
-            };
-            vars.insert(key.to_string(), value.to_string());
-        }
-        Self::from_lookup(
-            |n| vars.get(n).cloned(),
-            &format!("fleet.s3.credentials_file {name}"),
-            &format!(" (it needs {ACCESS_KEY_ID}=... and {SECRET_ACCESS_KEY}=... lines)"),
-        )
-    }
-
-    /// From `path`, read now.
-    pub fn read_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!(
-                "cannot read fleet.s3.credentials_file {}: {e}",
-                quoted(&path.display().to_string())
-            )
-        })?;
-        Self::parse_file(path, &text)
-    }
-}
-
 /// `s3://bucket/prefix` as (bucket, prefix): the prefix without leading,
 /// trailing or doubled slashes, "" for none.
 pub fn parse_url(url: &str) -> Result<(String, String), String> {
@@ -187,58 +70,6 @@ pub fn object_key(prefix: &str, object_name: &str) -> String {
     } else {
         format!("{prefix}/{object_name}")
     }
-}
-
-/// A header value as S3 user metadata can carry it: printable ASCII as is,
-/// anything else (a label in another script, edge spaces) as RFC 2047
-/// `=?UTF-8?B?...?=`, the form S3 itself returns non-ASCII metadata in.
-pub fn encode_metadata_value(value: &str) -> String {
-    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && value.trim() == value
-        && !value.starts_with("=?");
-    if plain {
-        value.to_string()
-    } else {
-        format!("=?UTF-8?B?{}?=", BASE64.encode(value))
-    }
-}
-
-/// Back from [`encode_metadata_value`]; other values are returned as
-/// they are.
-pub fn decode_metadata_value(value: &str) -> String {
-    value
-        .strip_prefix("=?UTF-8?B?")
-        .or_else(|| value.strip_prefix("=?utf-8?b?"))
-        .and_then(|v| v.strip_suffix("?="))
-        .and_then(|b64| BASE64.decode(b64).ok())
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .unwrap_or_else(|| value.to_string())
-}
-
-/// The metadata of an object: every header, its name lowercased.
-pub fn metadata_attributes(headers: &ObjectHeaders) -> Attributes {
-    headers
-        .to_pairs()
-        .into_iter()
-        .map(|(name, value)| {
-            (
-                Attribute::Metadata(name.to_ascii_lowercase().into()),
-                AttributeValue::from(encode_metadata_value(&value)),
-            )
-        })
-        .collect()
-}
-
-/// Bytes of user metadata as S3 counts them: names (without
-/// `x-amz-meta-`) and values as sent.
-pub fn metadata_bytes(attributes: &Attributes) -> usize {
-    attributes
-        .iter()
-        .map(|(name, value)| match name {
-            Attribute::Metadata(n) => n.len() + value.len(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Uploads to one bucket (and prefix) of an S3-compatible store. Cheap to
@@ -382,98 +213,124 @@ impl S3Destination {
         let location = ObjectPath::parse(&key)
             .map_err(|e| fail(format!("{} is not a valid key: {e}", quoted(&key))))?;
         let attributes = metadata_attributes(headers);
-        let metadata = metadata_bytes(&attributes);
-        if metadata > MAX_METADATA_BYTES {
-            let labels = super::object::LABELS.to_ascii_lowercase();
-            let labels = attributes
-                .get(&Attribute::Metadata(labels.into()))
-                .map_or(0, |v| v.len());
-            return Err(fail(format!(
-                "its metadata would be {metadata} bytes, S3 takes at most {MAX_METADATA_BYTES} \
-                 (fleet.labels are {labels} of them: shorten them)"
-            )));
-        }
+        check_metadata_size(&attributes).map_err(fail)?;
         let shown = path.display().to_string();
-        let local = |e: std::io::Error| fail(format!("{shown}: {e}"));
         let opening = path.to_path_buf();
         let (file, md) = tokio::task::spawn_blocking(move || {
             flightrec_files::open_regular(&opening, flightrec_files::Links::Refuse)
         })
         .await
         .map_err(|e| fail(format!("{shown}: worker thread failed: {e}")))?
-        .map_err(local)?;
-        let mut file = tokio::fs::File::from_std(file);
+        .map_err(|e| fail(format!("{shown}: {e}")))?;
         let size = md.len();
-        let mut digest = ObjectDigest::default();
-        let check_digest = |digest: ObjectDigest| {
-            let sent = digest.finish();
-            (headers.digest.is_empty() || sent == headers.digest)
-                .then_some(())
-                .ok_or_else(|| {
-                    format!(
-                        "the bytes read have digest {sent}, the snapshot {}: it changed while \
-                         being sent",
-                        headers.digest
-                    )
-                })
+        if self
+            .already_there(&location, size, headers)
+            .await
+            .map_err(fail)?
+        {
+            return Ok(false);
+        }
+        let sending = Sending {
+            location: &location,
+            file: tokio::fs::File::from_std(file),
+            size,
+            shown: &shown,
+            headers,
         };
+        if size <= PART_SIZE as u64 {
+            self.put_whole(sending, attributes).await
+        } else {
+            self.put_in_parts(sending, attributes).await
+        }
+        .map_err(fail)?;
+        self.verify(&location, size, headers).await.map_err(fail)
+    }
+
+    /// Whether the object is there already, with the snapshot's size and
+    /// digest (an upload cut short that in fact completed).
+    async fn already_there(
+        &self,
+        location: &ObjectPath,
+        size: u64,
+        headers: &ObjectHeaders,
+    ) -> Result<bool, String> {
         let head = GetOptions {
             head: true,
             ..GetOptions::default()
         };
-        match self.store.get_opts(&location, head).await {
-            Ok(existing)
-                if existing.meta.size == size
-                    && same_digest(&existing.attributes, &headers.digest) =>
-            {
-                return Ok(false);
-            }
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+        match self.store.get_opts(location, head).await {
+            Ok(existing) => Ok(
+                existing.meta.size == size && same_digest(&existing.attributes, &headers.digest)
+            ),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
             // Upload-only credentials (s3:PutObject without s3:GetObject,
             // so a host cannot read the others' snapshots) may not look:
             // upload anyway, the PUT says whether they may write.
-            Err(object_store::Error::PermissionDenied { .. }) => {}
-            Err(e) => return Err(fail(cause(&e, false))),
+            Err(object_store::Error::PermissionDenied { .. }) => Ok(false),
+            Err(e) => Err(cause(&e, false)),
         }
-        if size <= PART_SIZE as u64 {
-            let mut body = Vec::with_capacity(size as usize);
-            // A snapshot does not change once written; `take` bounds the
-            // read should it grow anyway.
-            (&mut file)
-                .take(PART_SIZE as u64)
-                .read_to_end(&mut body)
-                .await
-                .map_err(local)?;
-            check_size(body.len() as u64, size).map_err(fail)?;
-            digest.update(&body);
-            check_digest(digest).map_err(fail)?;
-            let options = PutOptions {
-                attributes,
-                ..PutOptions::default()
-            };
-            self.store
-                .put_opts(&location, PutPayload::from(body), options)
-                .await
-                .map_err(|e| fail(cause(&e, true)))?;
-            return self.verify(&location, size, headers).await.map_err(fail);
-        }
+    }
+
+    /// One PUT of the whole file.
+    async fn put_whole(&self, s: Sending<'_>, attributes: Attributes) -> Result<(), String> {
+        let Sending {
+            location,
+            mut file,
+            size,
+            shown,
+            headers,
+        } = s;
+        let mut body = Vec::with_capacity(size as usize);
+        // A snapshot does not change once written; `take` bounds the read
+        // should it grow anyway.
+        (&mut file)
+            .take(PART_SIZE as u64)
+            .read_to_end(&mut body)
+            .await
+            .map_err(|e| format!("{shown}: {e}"))?;
+        check_size(body.len() as u64, size)?;
+        let mut digest = ObjectDigest::default();
+        digest.update(&body);
+        check_digest(digest, &headers.digest)?;
+        let options = PutOptions {
+            attributes,
+            ..PutOptions::default()
+        };
+        self.store
+            .put_opts(location, PutPayload::from(body), options)
+            .await
+            .map_err(|e| cause(&e, true))?;
+        Ok(())
+    }
+
+    /// A multipart upload, [`PARTS_IN_FLIGHT`] parts of [`PART_SIZE`] at
+    /// most being sent; aborted (its parts dropped) on any failure.
+    async fn put_in_parts(&self, s: Sending<'_>, attributes: Attributes) -> Result<(), String> {
+        let Sending {
+            location,
+            mut file,
+            size,
+            shown,
+            headers,
+        } = s;
         let options = PutMultipartOptions {
             attributes,
             ..PutMultipartOptions::default()
         };
         let upload = self
             .store
-            .put_multipart_opts(&location, options)
+            .put_multipart_opts(location, options)
             .await
-            .map_err(|e| fail(cause(&e, true)))?;
+            .map_err(|e| cause(&e, true))?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut digest = ObjectDigest::default();
         let mut buffer = vec![0; 1 << 20];
         let mut sent = 0u64;
         let failure = loop {
             let n = match file.read(&mut buffer).await {
                 Ok(0) => {
                     break check_size(sent, size)
-                        .and_then(|()| check_digest(std::mem::take(&mut digest)))
+                        .and_then(|()| check_digest(std::mem::take(&mut digest), &headers.digest))
                         .err();
                 }
                 Ok(n) => n,
@@ -489,10 +346,10 @@ impl S3Destination {
         if let Some(why) = failure {
             // Parts already sent are dropped, not left to be billed.
             let _ = writer.abort().await;
-            return Err(fail(why));
+            return Err(why);
         }
-        writer.finish().await.map_err(|e| fail(cause(&e, true)))?;
-        self.verify(&location, size, headers).await.map_err(fail)
+        writer.finish().await.map_err(|e| cause(&e, true))?;
+        Ok(())
     }
 
     /// Reads back the object just put: its size and digest must be the
@@ -523,6 +380,47 @@ impl S3Destination {
             Err(e) => Err(cause(&e, false)),
         }
     }
+}
+
+/// A snapshot file on its way to the bucket.
+struct Sending<'a> {
+    location: &'a ObjectPath,
+    file: tokio::fs::File,
+    size: u64,
+    /// The path, for errors.
+    shown: &'a str,
+    headers: &'a ObjectHeaders,
+}
+
+/// S3 refuses more than [`MAX_METADATA_BYTES`] of user metadata: say so
+/// before sending anything, and how much the labels take.
+fn check_metadata_size(attributes: &Attributes) -> Result<(), String> {
+    let metadata = metadata_bytes(attributes);
+    if metadata <= MAX_METADATA_BYTES {
+        return Ok(());
+    }
+    let labels = super::object::LABELS.to_ascii_lowercase();
+    let labels = attributes
+        .get(&Attribute::Metadata(labels.into()))
+        .map_or(0, |v| v.len());
+    Err(format!(
+        "its metadata would be {metadata} bytes, S3 takes at most {MAX_METADATA_BYTES} \
+         (fleet.labels are {labels} of them: shorten them)"
+    ))
+}
+
+/// The bytes sent are the ones the queue digested (`expected`; empty when
+/// unknown): a compression may have replaced the file since.
+fn check_digest(digest: ObjectDigest, expected: &str) -> Result<(), String> {
+    let sent = digest.finish();
+    (expected.is_empty() || sent == expected)
+        .then_some(())
+        .ok_or_else(|| {
+            format!(
+                "the bytes read have digest {sent}, the snapshot {expected}: it changed while \
+                 being sent"
+            )
+        })
 }
 
 /// The object's digest is `digest`, or one of them is unknown.
@@ -600,6 +498,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use object_store::AttributeValue;
 
     #[test]
     fn urls_split_into_bucket_and_a_clean_prefix() {
@@ -677,144 +576,6 @@ mod tests {
             S3Destination::with_credentials(&config("s3://bkt", None), credentials()).unwrap();
         assert_eq!(aws.describe(), "s3://bkt (AWS, region us-east-1)");
         assert_eq!(aws.key(&headers), "host-a/ID.perf.data");
-    }
-
-    #[test]
-    fn credentials_files_read_as_environment_files() {
-        let file = Path::new("/etc/flightrec/s3.env");
-        let c = S3Credentials::parse_file(
-            file,
-            "# S3 keys\n\nAWS_ACCESS_KEY_ID=AKID\r\nexport AWS_SECRET_ACCESS_KEY = \"se=cret\"\n\
-             AWS_SESSION_TOKEN='T0K-9'\nAWS_REGION=eu-west-1\n",
-        )
-        .unwrap();
-        assert_eq!(
-            c,
-            S3Credentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "se=cret".into(),
-                session_token: Some("T0K-9".into()),
-            }
-        );
-        assert!(!format!("{c:?}").contains("se=cret"), "{c:?}");
-        assert!(!format!("{c:?}").contains("T0K-9"), "{c:?}");
-    }
-
-    #[test]
-    fn bad_credentials_files_are_named_with_the_line() {
-        let file = Path::new("/etc/flightrec/s3.env");
-        let parse = |text: &str| S3Credentials::parse_file(file, text).unwrap_err();
-        assert_eq!(
-            parse("AWS_ACCESS_KEY_ID=AKID\nAKIAsecret\n"),
-            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 2: not NAME=value \
-             (e.g. AWS_ACCESS_KEY_ID=AKIA...)"
-        );
-        assert_eq!(
-            parse("\n\nAWS SECRET=x\n"),
-            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 3: \"AWS SECRET\" is not a \
-             variable name (letters, digits and _)"
-        );
-        assert_eq!(
-            parse("AWS_SECRET_ACCESS_KEY=\"abc\n"),
-            "fleet.s3.credentials_file \"/etc/flightrec/s3.env\" line 1: the value of \
-             AWS_SECRET_ACCESS_KEY has no closing quote"
-        );
-        assert_eq!(
-            parse("AWS_ACCESS_KEY_ID=AKID\n"),
-            "AWS_SECRET_ACCESS_KEY is not set in fleet.s3.credentials_file \
-             \"/etc/flightrec/s3.env\" (AWS_ACCESS_KEY_ID is)"
-        );
-        assert_eq!(
-            parse("AWS_ACCESS_KEY_ID=\nAWS_SECRET_ACCESS_KEY=x\n"),
-            "AWS_ACCESS_KEY_ID is not set in fleet.s3.credentials_file \
-             \"/etc/flightrec/s3.env\" (AWS_SECRET_ACCESS_KEY is)"
-        );
-        assert_eq!(
-            parse("# nothing\n"),
-            "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in \
-             fleet.s3.credentials_file \"/etc/flightrec/s3.env\" (it needs \
-             AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines)"
-        );
-        let missing = S3Credentials::read_file(Path::new("/nonexistent/s3.env")).unwrap_err();
-        assert!(
-            missing.starts_with(
-                "cannot read fleet.s3.credentials_file \"/nonexistent/s3.env\": No such file"
-            ),
-            "{missing}"
-        );
-    }
-
-    #[test]
-    fn credentials_come_from_the_environment_in_pairs() {
-        let env = |vars: &'static [(&'static str, &'static str)]| {
-            move |n: &str| {
-                vars.iter()
-                    .find(|(k, _)| *k == n)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let from = |vars| S3Credentials::from_lookup(env(vars), "the environment", " (hint)");
-        assert_eq!(
-            from(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]),
-            Ok(S3Credentials {
-                access_key_id: "A".into(),
-                secret_access_key: "S".into(),
-                session_token: None,
-            })
-        );
-        assert_eq!(
-            from(&[]).unwrap_err(),
-            "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set in the \
-             environment (hint)"
-        );
-        assert_eq!(
-            from(&[("AWS_SECRET_ACCESS_KEY", "S"), ("AWS_SESSION_TOKEN", "T")]).unwrap_err(),
-            "AWS_ACCESS_KEY_ID is not set in the environment (AWS_SECRET_ACCESS_KEY is)"
-        );
-    }
-
-    #[test]
-    fn metadata_values_survive_http_headers() {
-        for value in [
-            "signal",
-            "",
-            "role=db,zone=a",
-            "zürich",
-            " edge ",
-            "=?not?=",
-        ] {
-            let encoded = encode_metadata_value(value);
-            assert!(
-                encoded.bytes().all(|b| (0x20..0x7f).contains(&b)),
-                "{encoded:?}"
-            );
-            assert_eq!(decode_metadata_value(&encoded), value);
-        }
-        assert_eq!(encode_metadata_value("signal"), "signal");
-        assert_eq!(encode_metadata_value("zürich"), "=?UTF-8?B?esO8cmljaA==?=");
-    }
-
-    #[test]
-    fn metadata_is_counted_as_s3_counts_it() {
-        let headers = ObjectHeaders {
-            host: "h".into(),
-            id: "i".into(),
-            label: String::new(),
-            trigger: "signal".into(),
-            bytes: 10,
-            compressed: true,
-            created_unix_ns: 5,
-            labels: BTreeMap::from([("k".to_string(), "ü".to_string())]),
-            digest: String::new(),
-        };
-        let attributes = metadata_attributes(&headers);
-        // Names: flightrec-{host,id,labels,trigger,label,created-unix-ns,
-        // bytes,compressed,digest}; values: "h", "i",
-        // "=?UTF-8?B?eyJrIjoiw7wifQ==?=" ({"k":"ü"}),
-        // "signal", "", "5", "10", "true", "".
-        let names = [4, 2, 6, 7, 5, 15, 5, 10, 6].iter().sum::<usize>() + 9 * "flightrec-".len();
-        let values = 1 + 1 + 28 + 6 + 1 + 2 + 4;
-        assert_eq!(metadata_bytes(&attributes), names + values);
     }
 
     #[test]

@@ -1,0 +1,271 @@
+//! The [`Recorder`]: what it records ([`RecorderConfig`]), starting it
+//! (events resolved, rings opened and mapped, the process table seeded,
+//! the drain thread started), what it holds and stopping it. The capture
+//! is in `capture`, the health report in `status`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::EventDescriptor;
+use super::rings::{Live, RingOpener, Rings, lock};
+use super::start::{EventInfo, event_info};
+use crate::host::{HostInfo, HostInfoError, parse_kallsyms_text};
+use crate::perf::cpus::{CpuListError, online_cpus};
+use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
+use crate::perf::tracking_ring::TrackingRing;
+use crate::perf::{PerfError, data_pages_for, page_size};
+use crate::ring::Corruption;
+use crate::ring::size_at_end::SizeAtEndError;
+use crate::tracking::drain::{DrainThread, Tracking};
+use crate::tracking::log::{DEFAULT_CHECKPOINT_BYTES, TrackingLog};
+use crate::tracking::modules::{LoadedModule, ModuleWatch};
+use crate::tracking::process_table::{ProcessTable, TrackingLimits};
+use crate::tracking::procfs::seed_from_proc;
+use crate::tracking::state::ProcessState;
+
+/// What to record and how much of it to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecorderConfig {
+    pub events: Vec<EventSpec>,
+    /// Per-CPU sample ring, rounded up to a power-of-two number of pages.
+    pub ring_bytes_per_cpu: u64,
+    /// Per-CPU tracking ring, rounded up likewise.
+    pub tracking_ring_bytes_per_cpu: u64,
+    /// The user-space tracking log (all CPUs), rounded up to 8 bytes.
+    pub tracking_log_bytes: u64,
+    /// Bounds of the process table.
+    pub tracking_limits: TrackingLimits,
+    /// Records between checkpoints of the process table, in bytes.
+    pub tracking_checkpoint_bytes: u64,
+    /// A standby set of sample events and ring per CPU, switched to at a
+    /// capture instead of pausing the ring: nothing is lost, for twice the
+    /// sample-ring memory.
+    pub lossless_freeze: bool,
+}
+
+impl Default for RecorderConfig {
+    fn default() -> Self {
+        Self {
+            events: Vec::new(),
+            ring_bytes_per_cpu: 1 << 20,
+            tracking_ring_bytes_per_cpu: 256 << 10,
+            tracking_log_bytes: 16 << 20,
+            tracking_limits: TrackingLimits::default(),
+            tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            lossless_freeze: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("no events configured")]
+    NoEvents,
+    #[error(transparent)]
+    Event(#[from] EventError),
+    #[error(transparent)]
+    Cpus(#[from] CpuListError),
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    #[error("creating the {bytes}-byte tracking log failed: {source}")]
+    TrackingLog {
+        bytes: u64,
+        #[source]
+        source: SizeAtEndError,
+    },
+    #[error("starting the tracking drain thread failed: {0}")]
+    DrainThread(#[source] std::io::Error),
+    #[error("walking the tracking log failed: {0}")]
+    TrackingWalk(#[source] Corruption),
+    #[error("the capture of CPU {cpu} panicked")]
+    CpuPanicked { cpu: u32 },
+    #[error("gathering host facts: {0}")]
+    Host(#[from] HostInfoError),
+}
+
+/// Records continuously; [`Recorder::capture`] freezes and copies.
+pub struct Recorder {
+    // Declared first: dropped (stopped and joined) before the rings close.
+    pub(super) drain: Option<DrainThread>,
+    pub(super) live: Arc<Live>,
+    pub(super) kernel_text: Option<u64>,
+    /// Host facts and tracepoint formats, gathered once at start: a
+    /// snapshot's writer then reads nothing from /sys or /proc.
+    pub(super) host: Arc<HostInfo>,
+    pub(super) event_info: Vec<EventInfo>,
+    pub(super) captures: AtomicU64,
+}
+
+impl Recorder {
+    /// Resolves the events, opens and maps every ring, seeds the process
+    /// table from /proc, enables everything and starts the drain thread.
+    pub fn start(config: &RecorderConfig) -> Result<Self, CaptureError> {
+        if config.events.is_empty() {
+            return Err(CaptureError::NoEvents);
+        }
+        let resolved: Vec<ResolvedEvent> = config
+            .events
+            .iter()
+            .map(EventSpec::resolve)
+            .collect::<Result<_, _>>()?;
+        let cpus = online_cpus()?;
+        let page = page_size();
+        let sample_pages = data_pages_for(config.ring_bytes_per_cpu, page)?;
+        let tracking_pages = data_pages_for(config.tracking_ring_bytes_per_cpu, page)?;
+
+        // Tracking first, so nothing between the /proc scan and the first
+        // sample goes unseen.
+        let tracking_rings: Vec<TrackingRing> = cpus
+            .iter()
+            .map(|&cpu| TrackingRing::open(cpu, tracking_pages))
+            .collect::<Result<_, _>>()?;
+        for ring in &tracking_rings {
+            ring.enable()?;
+        }
+        let mut table = ProcessTable::new(config.tracking_limits);
+        seed_from_proc(std::path::Path::new("/proc"), &mut table);
+        let log = TrackingLog::new(
+            config.tracking_log_bytes,
+            config.tracking_checkpoint_bytes,
+            table,
+        )
+        .map_err(|source| CaptureError::TrackingLog {
+            bytes: config.tracking_log_bytes,
+            source,
+        })?;
+
+        let opener = RingOpener {
+            events: resolved.clone(),
+            sample_pages,
+            tracking_pages,
+            sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
+        };
+        let cpu_rings = cpus
+            .iter()
+            .map(|&cpu| opener.samples(cpu))
+            .collect::<Result<Vec<_>, PerfError>>()?;
+        let rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
+        for ring in &rings.cpus {
+            ring.enable()?;
+        }
+        let tracking_attr = tracking_rings[0].attr();
+        let tracking_id = tracking_rings[0].id();
+        let mut tracking = Tracking::new(tracking_rings, log);
+        tracking.drain();
+        let tracking = Arc::new(Mutex::new(tracking));
+        let live = Arc::new(Live {
+            rings: RwLock::new(rings),
+            opener,
+            tracking: Arc::clone(&tracking),
+            capture_lock: Mutex::new(()),
+            online: Mutex::new(cpus),
+        });
+        let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
+            .map_err(CaptureError::DrainThread)?;
+        let kernel_text = std::fs::read_to_string("/proc/kallsyms")
+            .ok()
+            .and_then(|k| parse_kallsyms_text(&k));
+        // Taken before /proc/modules is read: a module loaded after that
+        // read gets a record dated no later than its load.
+        let modules_read_ns = crate::host::sample_clock_ns().unwrap_or(0);
+        let host = Arc::new(HostInfo::gather(&super::tracepoints_of(
+            &live.rings().events,
+        ))?);
+        lock(&tracking).watch_modules(ModuleWatch::new(
+            &host.modules,
+            modules_read_ns,
+            tracking_attr,
+            tracking_id,
+        ));
+        Ok(Self {
+            host,
+            event_info: resolved.iter().map(event_info).collect(),
+            drain: Some(drain),
+            live,
+            kernel_text,
+            captures: AtomicU64::new(0),
+        })
+    }
+
+    /// Sample events (in config order), then the tracking event, with the
+    /// ids of every ring opened so far.
+    pub fn events(&self) -> Vec<EventDescriptor> {
+        self.live.rings().events.clone()
+    }
+
+    /// The configured events as opened, for `Status`.
+    pub fn event_info(&self) -> &[EventInfo] {
+        &self.event_info
+    }
+
+    /// The host facts snapshots of this recorder describe.
+    pub fn host(&self) -> Arc<HostInfo> {
+        Arc::clone(&self.host)
+    }
+
+    /// The CPUs recorded, ascending.
+    pub fn cpus(&self) -> Vec<u32> {
+        self.live.rings().cpus.iter().map(|r| r.cpu()).collect()
+    }
+
+    /// Kernel modules found loaded since start, oldest first.
+    pub fn loaded_modules(&self) -> Vec<LoadedModule> {
+        lock(&self.live.tracking).loaded_modules().to_vec()
+    }
+
+    /// Watches `source` instead of /proc/modules for module loads, its
+    /// text now taken as the modules already known: tests load modules on
+    /// paper with it, on kernels without module support.
+    #[cfg(feature = "testing")]
+    pub fn watch_modules_in(&self, source: std::path::PathBuf) -> std::io::Result<()> {
+        let known = crate::host::bare_modules(&std::fs::read_to_string(&source)?);
+        let events = self.events();
+        let tracking = events
+            .last()
+            .ok_or_else(|| std::io::Error::other("no tracking event"))?;
+        let watch = ModuleWatch::reading(
+            source,
+            &known,
+            crate::host::sample_clock_ns().unwrap_or(0),
+            tracking.attr,
+            tracking.ids.first().copied().unwrap_or(0),
+        );
+        lock(&self.live.tracking).watch_modules(watch);
+        Ok(())
+    }
+
+    /// Drains the tracking rings now (captures do this themselves).
+    pub fn drain_tracking(&self) -> usize {
+        lock(&self.live.tracking).drain()
+    }
+
+    /// The thread `tid` as the process table and the whole tracking log
+    /// know it now (exited threads included until forgotten).
+    pub fn process(&self, tid: u32) -> Result<Option<ProcessState>, CaptureError> {
+        Ok(lock(&self.live.tracking).log().current_table().lookup(tid))
+    }
+
+    /// Rounds the tracking drain thread has completed (None: it is not
+    /// running). The watchdog waits for this to grow.
+    pub fn tracking_drain_rounds(&self) -> Option<u64> {
+        self.drain.as_ref().map(DrainThread::rounds)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // Stop the drain before the rings it polls are closed.
+        self.drain.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorder_is_shareable_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Recorder>();
+    }
+}

@@ -1,0 +1,271 @@
+//! The condition thread's loop: one poll(2) over the tracepoint rings, the
+//! PSI files and the stop eventfd, with a timeout for the periodic
+//! conditions (interval, loss) and the snoozed rings; what is ready goes
+//! through its trigger's gate.
+
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::EventFd;
+
+use super::super::gate::{Suppression, Verdict};
+use super::{
+    BUSY_SNOOZE, Fired, LOSS_PERIOD, LossReader, MAX_HITS_PER_READ, Sink, Source, Watched,
+    parse_hits,
+};
+
+/// Which poll entry belongs to what.
+#[derive(Clone, Copy)]
+enum Slot {
+    Stop,
+    Ring { watched: usize, ring: usize },
+    Psi { watched: usize },
+}
+
+/// Watches until the stop eventfd is written (or poll fails).
+pub(super) fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &Sink) {
+    let mut buf = Vec::new();
+    loop {
+        let timeout = poll_timeout(&mut watched, Instant::now());
+        let Some(ready) = poll_ready(&watched, stop, timeout) else {
+            return;
+        };
+        let now = Instant::now();
+        for (slot, revents) in ready {
+            match slot {
+                Slot::Stop => return,
+                Slot::Ring { watched: wi, ring } => {
+                    on_ring(&mut watched[wi], ring, now, &mut buf, sink);
+                }
+                Slot::Psi { watched: wi } => on_psi(&mut watched[wi], revents, now, sink),
+            }
+        }
+        on_ticks(&mut watched, now, losses, sink);
+    }
+}
+
+/// How long the next poll may wait: until the next periodic condition is
+/// due or a snoozed ring wakes. Ends the snoozes that are over.
+fn poll_timeout(watched: &mut [Watched], now: Instant) -> PollTimeout {
+    let mut next_tick: Option<Instant> = None;
+    for w in watched {
+        let due = match &mut w.source {
+            Source::Loss { next, .. } | Source::Interval { next, .. } => Some(*next),
+            Source::Tracepoint { snoozed, .. } => {
+                for s in snoozed.iter_mut() {
+                    if s.is_some_and(|until| until <= now) {
+                        *s = None;
+                    }
+                }
+                snoozed.iter().flatten().min().copied()
+            }
+            Source::Psi { .. } => None,
+        };
+        if let Some(d) = due {
+            next_tick = Some(next_tick.map_or(d, |n| n.min(d)));
+        }
+    }
+    match next_tick {
+        None => PollTimeout::NONE,
+        Some(at) => {
+            let ms = at.saturating_duration_since(now).as_millis();
+            // Rounded up, so a tick is never polled for early in a loop.
+            PollTimeout::try_from(i32::try_from(ms + 1).unwrap_or(i32::MAX))
+                .unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+/// Polls the stop eventfd, every ring not snoozed and every PSI file not
+/// broken; the entries that are ready. None when poll failed (the thread
+/// stops, said in the log).
+fn poll_ready(
+    watched: &[Watched],
+    stop: &EventFd,
+    timeout: PollTimeout,
+) -> Option<Vec<(Slot, PollFlags)>> {
+    let mut slots = vec![Slot::Stop];
+    let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
+    for (wi, w) in watched.iter().enumerate() {
+        match &w.source {
+            Source::Tracepoint { rings, snoozed, .. } => {
+                for (ri, r) in rings.iter().enumerate() {
+                    if snoozed[ri].is_some() {
+                        continue;
+                    }
+                    fds.push(PollFd::new(r.fd(), PollFlags::POLLIN));
+                    slots.push(Slot::Ring {
+                        watched: wi,
+                        ring: ri,
+                    });
+                }
+            }
+            Source::Psi { file, broken, .. } if !broken => {
+                fds.push(PollFd::new(file.as_fd(), PollFlags::POLLPRI));
+                slots.push(Slot::Psi { watched: wi });
+            }
+            _ => {}
+        }
+    }
+    match poll(&mut fds, timeout) {
+        Ok(_) => Some(
+            fds.iter()
+                .zip(&slots)
+                .filter_map(|(fd, slot)| fd.revents().filter(|r| !r.is_empty()).map(|r| (*slot, r)))
+                .collect(),
+        ),
+        Err(nix::errno::Errno::EINTR) => Some(Vec::new()),
+        Err(e) => {
+            tracing::error!("conditions: poll failed, condition triggers stop: {e}");
+            None
+        }
+    }
+}
+
+/// A tracepoint ring has hits: drains it and judges them. A ring that
+/// had more than one is snoozed for [`BUSY_SNOOZE`], so a busy tracepoint
+/// costs one read per snooze, not one per hit.
+fn on_ring(w: &mut Watched, ring: usize, now: Instant, buf: &mut Vec<u8>, sink: &Sink) {
+    let Source::Tracepoint {
+        event,
+        rings,
+        snoozed,
+    } = &mut w.source
+    else {
+        return;
+    };
+    buf.clear();
+    rings[ring].drain(buf);
+    let hits = parse_hits(buf);
+    if hits.total() > 1 {
+        snoozed[ring] = Some(now + BUSY_SNOOZE);
+    }
+    if hits.total() == 0 {
+        return;
+    }
+    let matched = match hits.sampled.first() {
+        Some(h) => format!(
+            "{event} on CPU {} by pid {}{}",
+            h.cpu,
+            h.pid,
+            comm_of(h.pid)
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
+        ),
+        None => format!("{event} ({} hits the ring had no room for)", hits.lost),
+    };
+    // A burst's hits beyond what the gate can use change nothing but the
+    // count of suppressed firings: capped so a flood costs bounded work.
+    judge(
+        w,
+        now,
+        hits.total().min(MAX_HITS_PER_READ),
+        true,
+        matched,
+        sink,
+    );
+}
+
+/// A PSI file is ready: the threshold was crossed, or the file broke (its
+/// cgroup removed), which stops this trigger.
+fn on_psi(w: &mut Watched, revents: PollFlags, now: Instant, sink: &Sink) {
+    let Source::Psi {
+        path, text, broken, ..
+    } = &mut w.source
+    else {
+        return;
+    };
+    if revents.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
+        tracing::error!(
+            trigger = %w.name,
+            "{} reports an error (removed cgroup?): this trigger stops",
+            path.display()
+        );
+        *broken = true;
+        return;
+    }
+    if revents.contains(PollFlags::POLLPRI) {
+        let matched = format!("pressure {text} ({})", path.display());
+        judge(w, now, 1, false, matched, sink);
+    }
+}
+
+/// The periodic conditions that are due: intervals fire, loss triggers
+/// read the loss counters.
+fn on_ticks(watched: &mut [Watched], now: Instant, losses: &LossReader, sink: &Sink) {
+    for w in watched {
+        match &mut w.source {
+            Source::Interval { every, next } if *next <= now => {
+                while *next <= now {
+                    *next += *every;
+                }
+                let matched = format!("every {}", flightrec_config::HumanDuration(*every));
+                judge(w, now, 1, false, matched, sink);
+            }
+            Source::Loss { last, next } if *next <= now => {
+                *next = now + LOSS_PERIOD;
+                let Some(total) = losses() else { continue };
+                let grown = last.map_or(0, |l| total.saturating_sub(l));
+                *last = Some(total);
+                if grown > 0 {
+                    let rules = w.gate.rules();
+                    let matched = format!("{grown} samples or tracking records lost");
+                    // More than `count` lost at once fires once: the rest
+                    // would only be suppressed by the cooldown.
+                    judge(w, now, grown.min(rules.count), true, matched, sink);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn comm_of(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
+}
+
+/// Runs `w`'s gate over `n` matches (or one firing without counting, when
+/// `count` is false) and reports each verdict other than Counting, once
+/// per verdict with how many times it happened.
+fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: String, sink: &Sink) {
+    let (mut dumps, mut cooldown, mut hourly) = (0u64, 0u64, 0u64);
+    let mut last = [None, None, None];
+    for _ in 0..n {
+        let verdict = if count {
+            w.gate.on_match(now)
+        } else {
+            w.gate.fire(now)
+        };
+        let slot = match verdict {
+            Verdict::Counting => continue,
+            Verdict::Dump => {
+                dumps += 1;
+                0
+            }
+            Verdict::Suppressed(Suppression::Cooldown) => {
+                cooldown += 1;
+                1
+            }
+            Verdict::Suppressed(Suppression::HourlyLimit) => {
+                hourly += 1;
+                2
+            }
+        };
+        last[slot] = Some(verdict);
+    }
+    for (times, verdict) in [dumps, cooldown, hourly].into_iter().zip(last) {
+        if let (true, Some(verdict)) = (times > 0, verdict) {
+            sink(Fired {
+                name: w.name.clone(),
+                matched: matched.clone(),
+                verdict,
+                times,
+                label: w.label.clone(),
+                compress: w.compress,
+                delay: w.delay,
+            });
+        }
+    }
+}
