@@ -2,7 +2,8 @@
 //!
 //! [`connect`] opens the daemon's Unix socket and turns the usual failures
 //! into sentences ([`ClientError`]); [`render`] turns replies into human
-//! tables or stable JSON. The binary (`main.rs`) only parses arguments.
+//! tables or stable JSON; [`run`] carries out a parsed command line. The
+//! binary (`main.rs`) only parses arguments and hands them to [`run`].
 
 #![forbid(unsafe_code)]
 
@@ -10,6 +11,7 @@ pub mod archive;
 pub mod cli;
 pub mod fleet;
 pub mod render;
+pub mod run;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -312,8 +312,38 @@ pub async fn fetch(
     }
     let bucket = open_bucket(target, timeout).await?;
     let name = object_name(host, id);
+    let (info, snapshot) = look_up_snapshot(target, &bucket, (host, id), &name, timeout).await?;
+    let dir = download_dir(out);
+    let part = create_part(dir, out)?;
+    // Caught from here to the end of the fetch, so that an interrupted
+    // download removes its partial file first.
+    let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
+    let source = Source {
+        target,
+        bucket: &bucket,
+        info: &info,
+        name: &name,
+    };
+    let (part, downloaded) = download(&source, part, &interrupts, timeout).await?;
+    verify(&name, &downloaded, &snapshot, &info)?;
+    commit(part, out, force)?;
+    Ok(Fetched {
+        path: out.to_path_buf(),
+        snapshot,
+    })
+}
+
+/// Object `HOST/ID.perf.data` of the bucket and the snapshot its headers
+/// describe; not found, or not a snapshot, are errors.
+async fn look_up_snapshot(
+    target: &FleetTarget,
+    bucket: &Bucket,
+    (host, id): (&str, &str),
+    name: &str,
+    timeout: Duration,
+) -> Result<(ObjectInfo, ObjectHeaders), ClientError> {
     let info = within(target, timeout, "look up in bucket", async {
-        bucket.info(&name).await.map_err(|e| {
+        bucket.info(name).await.map_err(|e| {
             target.error(format!(
                 "cannot look {name} up in bucket {:?}: {e}",
                 target.bucket
@@ -336,20 +366,61 @@ pub async fn fetch(
                 target.bucket
             ),
         })?;
+    Ok((info, snapshot))
+}
 
-    let dir = match out.parent() {
+/// The directory `out` is in (the current one for a bare file name).
+fn download_dir(out: &Path) -> &Path {
+    match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
-    };
+    }
+}
+
+/// The file the download goes into: created exclusively in `dir` under a
+/// temporary name, readable by its user only, given the name of `out`
+/// once whole.
+fn create_part(dir: &Path, out: &Path) -> Result<NewFile, ClientError> {
     let file_name = out
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| local_error(out, "write", std::io::Error::other("no file name")))?;
-    // Created exclusively under a temporary name, readable by its user
-    // only, given its name once whole.
-    let mut part = NewFile::create(dir, file_name, Access::PRIVATE)
-        .map_err(|e| local_error(dir, "create a file in", e))?;
-    let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
+    NewFile::create(dir, file_name, Access::PRIVATE)
+        .map_err(|e| local_error(dir, "create a file in", e))
+}
+
+/// The object a download reads, and where from.
+struct Source<'a> {
+    target: &'a FleetTarget,
+    bucket: &'a Bucket,
+    info: &'a ObjectInfo,
+    /// `HOST/ID.perf.data`, as the messages name it.
+    name: &'a str,
+}
+
+/// What a download wrote: its size and its digest as the object store
+/// writes digests (`SHA-256=` and URL-safe base64).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Downloaded {
+    bytes: u64,
+    digest: String,
+}
+
+/// Writes the object's chunks into `part` in order, each within
+/// `timeout`; gives `part` back once there are no more. A signal in
+/// `interrupts` removes `part`, then does what it would have done.
+async fn download(
+    source: &Source<'_>,
+    mut part: NewFile,
+    interrupts: &Interrupts,
+    timeout: Duration,
+) -> Result<(NewFile, Downloaded), ClientError> {
+    let Source {
+        target,
+        bucket,
+        info,
+        name,
+    } = source;
     let mut sha = Sha256::new();
     let mut written: u64 = 0;
     let mut next_seq = 1;
@@ -364,7 +435,7 @@ pub async fn fetch(
                     "the download of {name} was interrupted by signal {signal}; nothing written"
                 )));
             }
-            chunk = tokio::time::timeout(timeout, bucket.chunk(&info, next_seq)) => chunk,
+            chunk = tokio::time::timeout(timeout, bucket.chunk(info, next_seq)) => chunk,
         };
         let chunk = match chunk {
             Ok(Ok(Some(chunk))) => chunk,
@@ -389,6 +460,23 @@ pub async fn fetch(
         written += chunk.payload.len() as u64;
         next_seq = chunk.sequence + 1;
     }
+    let downloaded = Downloaded {
+        bytes: written,
+        digest: format!("SHA-256={}", URL_SAFE.encode(sha.finalize())),
+    };
+    Ok((part, downloaded))
+}
+
+/// The download has the size both the headers and the store give, and
+/// the digest of each that has one (the store's, and the daemon's
+/// header).
+fn verify(
+    name: &str,
+    got: &Downloaded,
+    snapshot: &ObjectHeaders,
+    info: &ObjectInfo,
+) -> Result<(), ClientError> {
+    let written = got.bytes;
     if written != snapshot.bytes || written != info.size as u64 {
         return Err(ClientError::Daemon {
             code: tonic::Code::DataLoss,
@@ -399,13 +487,12 @@ pub async fn fetch(
             ),
         });
     }
-    // As the object store writes it; the daemon's header has it too.
-    let digest = format!("SHA-256={}", URL_SAFE.encode(sha.finalize()));
+    let digest = got.digest.as_str();
     let expected = [info.digest.as_deref(), Some(snapshot.digest.as_str())];
     if let Some(want) = expected
         .into_iter()
         .flatten()
-        .find(|want| !want.is_empty() && **want != digest)
+        .find(|want| !want.is_empty() && *want != digest)
     {
         return Err(ClientError::Daemon {
             code: tonic::Code::DataLoss,
@@ -414,13 +501,17 @@ pub async fn fetch(
             ),
         });
     }
+    Ok(())
+}
+
+/// Synced, then renamed to `out`: a file that appeared meanwhile is
+/// replaced only with `force`.
+fn commit(part: NewFile, out: &Path, force: bool) -> Result<(), ClientError> {
     let existing = if force {
         Existing::Replace
     } else {
         Existing::Keep
     };
-    // Synced, then renamed: a file that appeared meanwhile is replaced
-    // only with --force.
     part.commit(existing).map_err(|e| {
         let e = e.into_io();
         if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -429,10 +520,7 @@ pub async fn fetch(
             local_error(out, "write", e)
         }
     })?;
-    Ok(Fetched {
-        path: out.to_path_buf(),
-        snapshot,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -568,5 +656,45 @@ mod tests {
             output_path(Some(Path::new("/nonexistent/x.data")), "box-1"),
             Path::new("/nonexistent/x.data")
         );
+    }
+
+    #[test]
+    fn a_download_must_have_the_promised_size_and_digests() {
+        let digest = format!("SHA-256={}", URL_SAFE.encode(Sha256::digest(b"abc")));
+        let got = Downloaded {
+            bytes: 3,
+            digest: digest.clone(),
+        };
+        let mut h = headers("host-a", "box-1", 1);
+        h.bytes = 3;
+        h.digest = digest.clone();
+        let info = |size: u64, digest: Option<&str>| {
+            serde_json::from_value::<ObjectInfo>(json!({
+                "name": "host-a/box-1.perf.data", "bucket": "flightrec",
+                "size": size, "digest": digest,
+            }))
+            .unwrap()
+        };
+        let name = "host-a/box-1.perf.data";
+        assert!(verify(name, &got, &h, &info(3, Some(&digest))).is_ok());
+        assert!(verify(name, &got, &h, &info(3, None)).is_ok());
+        let short = verify(name, &got, &h, &info(4, None)).unwrap_err();
+        assert_eq!(
+            short.to_string(),
+            "host-a/box-1.perf.data: downloaded 3 bytes, but its headers say 3 and the store 4; \
+             nothing written"
+        );
+        assert_eq!(short.exit_code(), crate::EXIT_DAEMON_ERROR);
+        let corrupt = verify(name, &got, &h, &info(3, Some("SHA-256=other"))).unwrap_err();
+        assert_eq!(
+            corrupt.to_string(),
+            format!(
+                "{name}: the downloaded bytes have digest {digest}, not SHA-256=other; nothing written"
+            )
+        );
+        h.digest = String::new();
+        assert!(verify(name, &got, &h, &info(3, None)).is_ok());
+        h.digest = "SHA-256=x".into();
+        assert!(verify(name, &got, &h, &info(3, None)).is_err());
     }
 }

@@ -148,11 +148,18 @@ fn on_signal(state: &Arc<State>, runtime: &tokio::runtime::Handle, request: Sign
     }
 }
 
-async fn serve(
-    source: ConfigSource,
-    loaded: LoadedConfig,
-    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
-) -> Result<(), DaemonError> {
+/// What start-up opens before anything runs.
+struct Opened {
+    current: Current,
+    conditions: crate::triggers::conditions::Opened,
+    listener: tokio::net::UnixListener,
+    connections: Arc<api::Connections>,
+    socket_path: std::path::PathBuf,
+}
+
+/// Opens the store, the recorder (rings, tracking), the condition
+/// triggers and the API socket, in the order that fails cheapest first.
+async fn open(loaded: LoadedConfig) -> Result<Opened, DaemonError> {
     let group = resolve_group(&loaded)?;
     check_paths(&loaded, group.as_ref())?;
     let cfg = &loaded.config;
@@ -193,12 +200,32 @@ async fn serve(
     tracing::debug!(fd_limit, max_connections = limits.max, "API connection cap");
     let connections = api::Connections::new(limits);
 
-    let current = Current {
-        config: loaded,
-        store: Arc::new(store),
-        recorder: Arc::new(recorder),
-        group,
-    };
+    Ok(Opened {
+        current: Current {
+            config: loaded,
+            store: Arc::new(store),
+            recorder: Arc::new(recorder),
+            group,
+        },
+        conditions,
+        listener,
+        connections,
+        socket_path,
+    })
+}
+
+async fn serve(
+    source: ConfigSource,
+    loaded: LoadedConfig,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+) -> Result<(), DaemonError> {
+    let Opened {
+        current,
+        conditions,
+        listener,
+        connections,
+        socket_path,
+    } = open(loaded).await?;
     let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
     let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
     state.start_conditions(conditions)?;
