@@ -246,6 +246,18 @@ impl S3Destination {
         self.verify(&location, size, headers).await.map_err(fail)
     }
 
+    /// The object's size and metadata, without its bytes (a HEAD request).
+    async fn head(
+        &self,
+        location: &ObjectPath,
+    ) -> Result<object_store::GetResult, object_store::Error> {
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        self.store.get_opts(location, head).await
+    }
+
     /// Whether the object is there already, with the snapshot's size and
     /// digest (an upload cut short that in fact completed).
     async fn already_there(
@@ -254,11 +266,7 @@ impl S3Destination {
         size: u64,
         headers: &ObjectHeaders,
     ) -> Result<bool, String> {
-        let head = GetOptions {
-            head: true,
-            ..GetOptions::default()
-        };
-        match self.store.get_opts(location, head).await {
+        match self.head(location).await {
             Ok(existing) => Ok(
                 existing.meta.size == size && same_digest(&existing.attributes, &headers.digest)
             ),
@@ -360,11 +368,7 @@ impl S3Destination {
         size: u64,
         headers: &ObjectHeaders,
     ) -> Result<bool, String> {
-        let head = GetOptions {
-            head: true,
-            ..GetOptions::default()
-        };
-        match self.store.get_opts(location, head).await {
+        match self.head(location).await {
             Ok(o) if o.meta.size != size => Err(format!(
                 "the stored object has {} bytes, the snapshot {size}",
                 o.meta.size
