@@ -75,7 +75,10 @@ fn config_modules_only_look_back() {
 
 #[test]
 fn client_modules_only_look_back() {
-    check("client", &[&["archive"], &["render"], &["fleet"], &["cli"]]);
+    check(
+        "client",
+        &[&["archive"], &["render"], &["fleet"], &["cli"], &["run"]],
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 pub mod bucket;
 pub mod dump;
+pub mod fetch;
 mod interrupts;
 pub mod store;
 

@@ -1,0 +1,104 @@
+//! The small pieces every rendering shares: sizes, times, durations and
+//! aligned tables.
+
+/// `1.5MiB`, `512B`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1}{unit}")
+}
+
+/// `2026-11-20 22:11:33Z` for nanoseconds since the epoch.
+pub fn utc(unix_ns: i64) -> String {
+    let secs = unix_ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `12.3ms`, or `45us` below a millisecond (ring pauses are that short).
+pub(super) fn ms(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{}us", ns / 1000)
+    } else {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    }
+}
+
+/// Left-aligned columns under `header`, two spaces apart.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = vec![line(header.iter().map(|h| h.to_string()).collect())];
+    out.extend(rows.iter().map(|r| line(r.clone())));
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_and_times_are_readable() {
+        assert_eq!(human_bytes(512), "512B");
+        assert_eq!(human_bytes(1536), "1.5KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0MiB");
+        assert_eq!(utc(1_795_212_693_000_000_000), "2026-11-20 22:11:33Z");
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(ms(45_600), "45us");
+        assert_eq!(ms(12_340_000), "12.3ms");
+    }
+
+    #[test]
+    fn tables_align_columns_and_leave_the_last_one_ragged() {
+        let rows = vec![
+            vec!["1".to_string(), "long cell".to_string(), "x".to_string()],
+            vec!["22".to_string(), String::new(), String::new()],
+        ];
+        assert_eq!(
+            table(&["A", "B", "C"], &rows),
+            "A   B          C\n1   long cell  x\n22"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! The replies that are snapshots: `dump`, `list`, `rotate`, `compress`
+//! and `archive`.
+
+use flightrec_proto::v1 as pb;
+use serde_json::{Value, json};
+
+use super::format::{human_bytes, table, utc};
+
+pub fn snapshot_json(s: &pb::Snapshot) -> Value {
+    json!({
+        "id": s.id,
+        "path": s.path,
+        "bytes": s.bytes,
+        "compressed": s.compressed,
+        "label": s.label,
+        "trigger": s.trigger,
+        "created_unix_ns": s.created_unix_ns,
+        "seq": s.seq,
+    })
+}
+
+/// A dump's timings; `null` when there are none (`status` before the
+/// first dump).
+pub(super) fn timings_json(t: Option<&pb::DumpTimings>) -> Value {
+    match t {
+        None => Value::Null,
+        Some(t) => json!({
+            "wait_ns": t.wait_ns,
+            "capture_ns": t.capture_ns,
+            "write_ns": t.write_ns,
+            "total_ns": t.total_ns,
+            "max_pause_ns": t.max_pause_ns,
+        }),
+    }
+}
+
+/// `dump`: the path, or with `--json` the snapshot's fields at top level
+/// plus `cpus`, `timings`, `coalesced`, `tracking_records`.
+pub fn dump(r: &pb::DumpReply, as_json: bool) -> String {
+    let snap = r.snapshot.clone().unwrap_or_default();
+    if !as_json {
+        return snap.path;
+    }
+    let mut v = snapshot_json(&snap);
+    v["cpus"] = r.cpus.iter().map(cpu_capture_json).collect();
+    v["records"] = json!(r.cpus.iter().map(|c| c.records).sum::<u64>());
+    v["tracking_records"] = json!(r.tracking_records);
+    v["coalesced"] = json!(r.coalesced);
+    v["timings"] = timings_json(r.timings.as_ref());
+    v.to_string()
+}
+
+/// What a dump took from one CPU's ring.
+fn cpu_capture_json(c: &pb::CpuCapture) -> Value {
+    json!({
+        "cpu": c.cpu,
+        "records": c.records,
+        "bytes": c.bytes,
+        "lost": c.lost,
+        "oldest_ns": c.oldest_ns,
+        "newest_ns": c.newest_ns,
+        "pause_ns": c.pause_ns,
+        "lost_since_start": c.lost_since_start,
+    })
+}
+
+fn snapshot_row(s: &pb::Snapshot) -> Vec<String> {
+    snapshot_cells(
+        &s.id,
+        s.bytes,
+        s.created_unix_ns,
+        &s.trigger,
+        s.compressed,
+        &s.label,
+    )
+}
+
+/// The cells of a snapshot in a table: ID, SIZE, CREATED, TRIGGER,
+/// COMPRESSED, LABEL (`snapctl list`, and `fleet list` after the host).
+pub fn snapshot_cells(
+    id: &str,
+    bytes: u64,
+    created_unix_ns: i64,
+    trigger: &str,
+    compressed: bool,
+    label: &str,
+) -> Vec<String> {
+    vec![
+        id.to_string(),
+        human_bytes(bytes),
+        utc(created_unix_ns),
+        trigger.to_string(),
+        if compressed { "zstd" } else { "-" }.into(),
+        if label.is_empty() { "-" } else { label }.to_string(),
+    ]
+}
+
+const SNAPSHOT_HEADER: [&str; 6] = ["ID", "SIZE", "CREATED", "TRIGGER", "COMPRESSED", "LABEL"];
+
+pub fn list(r: &pb::ListReply, as_json: bool) -> String {
+    if as_json {
+        let snaps: Vec<Value> = r.snapshots.iter().map(snapshot_json).collect();
+        return json!({ "snapshots": snaps }).to_string();
+    }
+    if r.snapshots.is_empty() {
+        return "no snapshots".into();
+    }
+    let rows: Vec<_> = r.snapshots.iter().map(snapshot_row).collect();
+    let total: u64 = r.snapshots.iter().map(|s| s.bytes).sum();
+    format!(
+        "{}\n{} snapshots, {}",
+        table(&SNAPSHOT_HEADER, &rows),
+        r.snapshots.len(),
+        human_bytes(total)
+    )
+}
+
+pub fn rotate(r: &pb::RotateReply, as_json: bool) -> String {
+    if as_json {
+        let removed: Vec<Value> = r.removed.iter().map(snapshot_json).collect();
+        let kept: Vec<Value> = r.kept.iter().map(snapshot_json).collect();
+        return json!({ "removed": removed, "kept": kept }).to_string();
+    }
+    let mut out: Vec<String> = r
+        .removed
+        .iter()
+        .map(|s| format!("removed {} ({})", s.id, human_bytes(s.bytes)))
+        .collect();
+    out.push(format!(
+        "{} removed, {} kept ({})",
+        r.removed.len(),
+        r.kept.len(),
+        human_bytes(r.kept.iter().map(|s| s.bytes).sum())
+    ));
+    out.join("\n")
+}
+
+/// `snapctl archive`: the tarball, what went in and what was not found.
+pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_json: bool) -> String {
+    if as_json {
+        return json!({
+            "path": out.display().to_string(),
+            "bytes": s.bytes,
+            "build_ids": s.added.iter().map(|(name, id, from)| json!({
+                "name": name,
+                "build_id": id,
+                "from": from.display().to_string(),
+            })).collect::<Vec<_>>(),
+            "missing": s.missing,
+        })
+        .to_string();
+    }
+    let mut text = format!(
+        "{} ({}): {} files by build-id",
+        out.display(),
+        human_bytes(s.bytes),
+        s.added.len()
+    );
+    if !s.missing.is_empty() {
+        text.push_str(&format!(
+            "; not found with their build-id: {}",
+            s.missing.join(", ")
+        ));
+    }
+    text
+}
+
+/// `snapctl decompress`: the plain copy written, and its size with
+/// `--json`.
+pub fn decompressed(out: &std::path::Path, bytes: u64, as_json: bool) -> String {
+    if as_json {
+        return json!({"path": out.display().to_string(), "bytes": bytes}).to_string();
+    }
+    out.display().to_string()
+}
+
+pub fn compress(r: &pb::CompressReply, as_json: bool) -> String {
+    let snap = r.snapshot.clone().unwrap_or_default();
+    if as_json {
+        let mut v = snapshot_json(&snap);
+        v["bytes_before"] = json!(r.bytes_before);
+        return v.to_string();
+    }
+    format!(
+        "{}: {} -> {} ({})",
+        snap.id,
+        human_bytes(r.bytes_before),
+        human_bytes(snap.bytes),
+        snap.path
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap() -> pb::Snapshot {
+        pb::Snapshot {
+            id: "h-20261120T221133Z-000001-x".into(),
+            path: "/var/lib/flightrec/snapshots/h-20261120T221133Z-000001-x.perf.data".into(),
+            bytes: 3 << 20,
+            compressed: true,
+            label: "x".into(),
+            trigger: "api".into(),
+            created_unix_ns: 1_795_212_693_000_000_000,
+            seq: 1,
+        }
+    }
+
+    #[test]
+    fn dump_prints_the_path_or_a_json_object_with_cpus() {
+        let r = pb::DumpReply {
+            snapshot: Some(snap()),
+            cpus: vec![pb::CpuCapture {
+                cpu: 1,
+                records: 10,
+                bytes: 800,
+                lost: 2,
+                oldest_ns: 5,
+                newest_ns: 9,
+                ..Default::default()
+            }],
+            timings: None,
+            tracking_records: 3,
+            coalesced: true,
+        };
+        assert_eq!(dump(&r, false), snap().path);
+        let v: Value = serde_json::from_str(&dump(&r, true)).unwrap();
+        assert_eq!(v["id"], "h-20261120T221133Z-000001-x");
+        assert_eq!(v["bytes"], 3 << 20);
+        assert_eq!(v["compressed"], true);
+        assert_eq!(v["trigger"], "api");
+        assert_eq!(v["records"], 10);
+        assert_eq!(v["cpus"][0]["cpu"], 1);
+        assert_eq!(v["cpus"][0]["lost"], 2);
+        assert_eq!(v["cpus"][0]["newest_ns"], 9);
+        assert_eq!(v["coalesced"], true);
+    }
+
+    #[test]
+    fn decompressed_is_the_path_or_the_path_and_size() {
+        let out = std::path::Path::new("h-1.plain.perf.data");
+        assert_eq!(decompressed(out, 42, false), "h-1.plain.perf.data");
+        assert_eq!(
+            decompressed(out, 42, true),
+            r#"{"bytes":42,"path":"h-1.plain.perf.data"}"#
+        );
+    }
+
+    #[test]
+    fn list_is_a_table() {
+        let r = pb::ListReply {
+            snapshots: vec![snap()],
+        };
+        let text = list(&r, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("ID  "), "{text}");
+        assert!(lines[1].contains("3.0MiB") && lines[1].contains("2026-11-20 22:11:33Z"));
+        assert_eq!(lines[2], "1 snapshots, 3.0MiB");
+        let v: Value = serde_json::from_str(&list(&r, true)).unwrap();
+        assert_eq!(v["snapshots"][0]["label"], "x");
+    }
+}

@@ -1,0 +1,343 @@
+//! `snapctl status` (one helper per section of its text, one per object
+//! of its JSON) and `snapctl reload`.
+
+use flightrec_proto::v1 as pb;
+use serde_json::{Value, json};
+
+use super::fleet_status::{fleet_lines, fleet_status_json};
+use super::format::{human_bytes, ms, table};
+use super::snapshots::timings_json;
+use super::triggers::triggers_json;
+
+pub fn status(r: &pb::StatusReply, as_json: bool) -> String {
+    let tracking = r.tracking.unwrap_or_default();
+    let store = r.store.clone().unwrap_or_default();
+    if as_json {
+        status_json(r, &tracking, &store).to_string()
+    } else {
+        status_text(r, &tracking, &store)
+    }
+}
+
+fn status_json(
+    r: &pb::StatusReply,
+    tracking: &pb::TrackingStatus,
+    store: &pb::StoreStatus,
+) -> Value {
+    json!({
+        "version": r.version,
+        "pid": r.pid,
+        "uptime_ns": r.uptime_ns,
+        "config_path": r.config_path,
+        "events": r.events.iter().map(event_json).collect::<Vec<_>>(),
+        "ring_bytes_per_cpu": r.ring_bytes_per_cpu,
+        "tracking_ring_bytes_per_cpu": r.tracking_ring_bytes_per_cpu,
+        "cpus": r.cpus.iter().map(cpu_json).collect::<Vec<_>>(),
+        "tracking": tracking_json(tracking),
+        "store": store_json(store),
+        "last_dump": timings_json(r.last_dump.as_ref()),
+        "dumps": r.dumps,
+        "triggers": triggers_json(r),
+        "fleet": fleet_status_json(r.fleet.as_ref()),
+    })
+}
+
+fn event_json(e: &pb::EventStatus) -> Value {
+    json!({
+        "name": e.name, "kind": e.kind, "sample_period": e.sample_period,
+        "sample_frequency": e.sample_frequency, "callchain": e.callchain,
+        "filter": e.filter,
+    })
+}
+
+fn cpu_json(c: &pb::CpuStatus) -> Value {
+    json!({"cpu": c.cpu, "online": c.online, "lost_samples": c.lost_samples, "lost_tracking": c.lost_tracking})
+}
+
+fn tracking_json(t: &pb::TrackingStatus) -> Value {
+    json!({
+        "log_capacity_bytes": t.log_capacity_bytes,
+        "log_used_bytes": t.log_used_bytes,
+        "log_records": t.log_records,
+        "evicted_records": t.evicted_records,
+        "lost_records": t.lost_records,
+        "processes": t.processes,
+        "exited_threads": t.exited_threads,
+        "max_exited_threads": t.max_exited_threads,
+        "max_maps_per_process": t.max_maps_per_process,
+        "exited_threads_dropped": t.exited_threads_dropped,
+        "maps_dropped": t.maps_dropped,
+        "checkpoints": t.checkpoints,
+        "checkpoint_interval_bytes": t.checkpoint_interval_bytes,
+        "build_ids_found": t.build_ids_found,
+        "build_ids_absent": t.build_ids_absent,
+        "build_ids_timed_out": t.build_ids_timed_out,
+        "build_ids_dropped": t.build_ids_dropped,
+        "build_ids_queued": t.build_ids_queued,
+        "build_id_readers_stuck": t.build_id_readers_stuck,
+    })
+}
+
+fn store_json(s: &pb::StoreStatus) -> Value {
+    json!({
+        "output_dir": s.output_dir,
+        "snapshots": s.snapshots,
+        "bytes": s.bytes,
+        "disk_free_bytes": s.disk_free_bytes,
+    })
+}
+
+/// The sections in the order people read them: the daemon, its events
+/// and rings, tracking, the store, dumps, triggers, the fleet.
+fn status_text(
+    r: &pb::StatusReply,
+    tracking: &pb::TrackingStatus,
+    store: &pb::StoreStatus,
+) -> String {
+    let mut out = daemon_lines(r);
+    out.extend(r.events.iter().map(event_line));
+    out.extend(cpu_lines(&r.cpus));
+    out.extend(tracking_lines(tracking));
+    out.push(store_line(store));
+    out.push(dumps_line(r.dumps, r.last_dump.as_ref()));
+    out.extend(triggers_line(&r.triggers));
+    if let Some(f) = &r.fleet {
+        out.extend(fleet_lines(f));
+    }
+    out.join("\n")
+}
+
+/// Version, process and config; ring sizes; the heading of the events.
+fn daemon_lines(r: &pb::StatusReply) -> Vec<String> {
+    vec![
+        format!(
+            "flightrecd {} (pid {}), up {}s, config {}",
+            r.version,
+            r.pid,
+            r.uptime_ns / 1_000_000_000,
+            r.config_path
+        ),
+        format!(
+            "rings: {} samples + {} tracking per CPU",
+            human_bytes(r.ring_bytes_per_cpu),
+            human_bytes(r.tracking_ring_bytes_per_cpu)
+        ),
+        "events:".into(),
+    ]
+}
+
+/// One recorded event, indented under `events:`.
+fn event_line(e: &pb::EventStatus) -> String {
+    let mut line = format!("  {} ({})", e.name, e.kind);
+    if e.sample_frequency > 0 {
+        line.push_str(&format!(" {} Hz", e.sample_frequency));
+    } else if e.sample_period > 1 {
+        line.push_str(&format!(" every {}", e.sample_period));
+    }
+    if e.callchain {
+        line.push_str(" callchain");
+    }
+    if !e.filter.is_empty() {
+        line.push_str(&format!(" filter {:?}", e.filter));
+    }
+    line
+}
+
+/// The loss counters per CPU, and which CPUs are offline (unless all are:
+/// then the counters say enough).
+fn cpu_lines(cpus: &[pb::CpuStatus]) -> Vec<String> {
+    let rows: Vec<Vec<String>> = cpus
+        .iter()
+        .map(|c| {
+            vec![
+                c.cpu.to_string(),
+                c.lost_samples.to_string(),
+                c.lost_tracking.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = vec![table(&["CPU", "LOST SAMPLES", "LOST TRACKING"], &rows)];
+    let offline: Vec<String> = cpus
+        .iter()
+        .filter(|c| !c.online)
+        .map(|c| c.cpu.to_string())
+        .collect();
+    if !offline.is_empty() && offline.len() < cpus.len() {
+        out.push(format!(
+            "offline (rings kept until they come back): CPU {}",
+            offline.join(", ")
+        ));
+    }
+    out
+}
+
+/// The tracking log, the process table's bounds and drops, and the
+/// build-id reads once there were any.
+fn tracking_lines(t: &pb::TrackingStatus) -> Vec<String> {
+    let mut out = vec![
+        format!(
+            "tracking log: {} of {} used, {} records, {} evicted, {} lost, {} processes",
+            human_bytes(t.log_used_bytes),
+            human_bytes(t.log_capacity_bytes),
+            t.log_records,
+            t.evicted_records,
+            t.lost_records,
+            t.processes
+        ),
+        format!(
+            "process table: {} exited threads kept (limit {}), at most {} maps per process, \
+             dropped {} exited threads and {} maps; {} checkpoints every {}",
+            t.exited_threads,
+            t.max_exited_threads,
+            t.max_maps_per_process,
+            t.exited_threads_dropped,
+            t.maps_dropped,
+            t.checkpoints,
+            human_bytes(t.checkpoint_interval_bytes)
+        ),
+    ];
+    let read = t.build_ids_found + t.build_ids_absent;
+    if read + t.build_ids_timed_out + t.build_ids_dropped > 0 {
+        out.push(format!(
+            "build-ids read from mapped files: {} found, {} without, {} given up after the \
+             deadline, {} not read, {} waiting, {} readers hung",
+            t.build_ids_found,
+            t.build_ids_absent,
+            t.build_ids_timed_out,
+            t.build_ids_dropped,
+            t.build_ids_queued,
+            t.build_id_readers_stuck
+        ));
+    }
+    out
+}
+
+fn store_line(s: &pb::StoreStatus) -> String {
+    format!(
+        "store: {} snapshots, {} in {} ({} free)",
+        s.snapshots,
+        human_bytes(s.bytes),
+        s.output_dir,
+        human_bytes(s.disk_free_bytes)
+    )
+}
+
+fn dumps_line(dumps: u64, last: Option<&pb::DumpTimings>) -> String {
+    match last {
+        Some(t) => format!(
+            "dumps: {}; last took {} (wait {}, capture {}, write {}, longest pause {})",
+            dumps,
+            ms(t.total_ns),
+            ms(t.wait_ns),
+            ms(t.capture_ns),
+            ms(t.write_ns),
+            ms(t.max_pause_ns)
+        ),
+        None => "dumps: none yet".into(),
+    }
+}
+
+/// Every trigger's counters on one line; none without triggers (`snapctl
+/// triggers` has the details).
+fn triggers_line(triggers: &[pb::TriggerStatus]) -> Option<String> {
+    if triggers.is_empty() {
+        return None;
+    }
+    let line = triggers
+        .iter()
+        .map(|t| {
+            format!(
+                "{} fired {}, dumped {}, suppressed {}",
+                t.name, t.fired, t.dumped, t.suppressed
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(format!("triggers: {line}"))
+}
+
+pub fn reload(r: &pb::ReloadReply, as_json: bool) -> String {
+    if as_json {
+        return json!({ "changed": r.changed, "summary": r.summary }).to_string();
+    }
+    format!("config reloaded: {}", r.summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_the_process_table_bounds_and_drops() {
+        let reply = pb::StatusReply {
+            tracking: Some(pb::TrackingStatus {
+                exited_threads: 12,
+                max_exited_threads: 16384,
+                max_maps_per_process: 1000,
+                exited_threads_dropped: 3,
+                maps_dropped: 1500,
+                checkpoints: 7,
+                checkpoint_interval_bytes: 512 << 10,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let human = status(&reply, false);
+        assert!(
+            human.contains(
+                "process table: 12 exited threads kept (limit 16384), at most 1000 maps per \
+                 process, dropped 3 exited threads and 1500 maps; 7 checkpoints every 512.0KiB"
+            ),
+            "{human}"
+        );
+        let v: Value = serde_json::from_str(&status(&reply, true)).unwrap();
+        assert_eq!(v["tracking"]["maps_dropped"], 1500);
+        assert_eq!(v["tracking"]["exited_threads_dropped"], 3);
+        assert_eq!(v["tracking"]["max_maps_per_process"], 1000);
+        assert_eq!(v["tracking"]["checkpoint_interval_bytes"], 512 << 10);
+    }
+
+    #[test]
+    fn events_show_their_rate_callchain_and_filter() {
+        let e = pb::EventStatus {
+            name: "cycles".into(),
+            kind: "hardware".into(),
+            sample_frequency: 99,
+            callchain: true,
+            filter: "comm == \"x\"".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            event_line(&e),
+            r#"  cycles (hardware) 99 Hz callchain filter "comm == \"x\"""#
+        );
+        let every = pb::EventStatus {
+            sample_period: 1000,
+            ..e.clone()
+        };
+        assert!(event_line(&every).contains(" 99 Hz"), "frequency first");
+        let period = pb::EventStatus {
+            sample_frequency: 0,
+            callchain: false,
+            filter: String::new(),
+            ..every
+        };
+        assert_eq!(event_line(&period), "  cycles (hardware) every 1000");
+    }
+
+    #[test]
+    fn offline_cpus_are_named_unless_all_are() {
+        let cpu = |cpu, online| pb::CpuStatus {
+            cpu,
+            online,
+            ..Default::default()
+        };
+        let some = cpu_lines(&[cpu(0, true), cpu(1, false), cpu(2, false)]);
+        assert_eq!(
+            some[1],
+            "offline (rings kept until they come back): CPU 1, 2"
+        );
+        assert_eq!(cpu_lines(&[cpu(0, false), cpu(1, false)]).len(), 1);
+        assert_eq!(cpu_lines(&[cpu(0, true)]).len(), 1);
+    }
+}
