@@ -3,6 +3,7 @@
 //! The input is a [`crate::recorder::Capture`]. In data-flow order:
 //! - [`synth`]: records made up for the window's start and the losses;
 //! - [`features`]: the feature sections (TRACING_DATA, EVENT_DESC, ...);
+//! - [`build_ids`]: the files of the BUILD_ID table;
 //! - [`compress`]: zstd packing into PERF_RECORD_COMPRESSED, in parallel;
 //! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
 //! - [`recompress`]: a written snapshot compressed later (read with
@@ -11,6 +12,7 @@
 //!   atomic rename): [`output::write_snapshot`] and
 //!   [`output::compress_snapshot`].
 
+pub mod build_ids;
 pub mod compress;
 pub mod features;
 pub mod output;

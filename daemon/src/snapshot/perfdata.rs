@@ -26,6 +26,7 @@ use thiserror::Error;
 
 use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
 
+use super::build_ids::build_id_entries;
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features;
 use super::synth::{self, SampleId};
@@ -344,6 +345,22 @@ impl<'a> DataRecords<'a> {
     }
 }
 
+/// Where the pid lies in the sample records of every sampling event, if
+/// it is the same for all: header, IDENTIFIER, IP if sampled, then TID.
+fn sample_pid_offset(events: &[EventDescriptor], tracking: usize) -> Option<usize> {
+    let mut offsets = events
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != tracking)
+        .map(|(_, e)| {
+            let t = e.attr.sample_type;
+            (t & sample::IDENTIFIER != 0 && t & sample::TID != 0)
+                .then_some(16 + if t & sample::IP != 0 { 8 } else { 0 })
+        });
+    let first = offsets.next()??;
+    offsets.all(|o| o == Some(first)).then_some(first)
+}
+
 /// The data section: the records in order, or packed into COMPRESSED
 /// records at `level`.
 fn pack_data<'a>(
@@ -423,87 +440,6 @@ fn assemble<'a>(
     summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
     segments.retain(|s| !s.is_empty());
     PerfData { segments, summary }
-}
-
-/// Where the pid lies in the sample records of every sampling event, if
-/// it is the same for all: header, IDENTIFIER, IP if sampled, then TID.
-fn sample_pid_offset(events: &[EventDescriptor], tracking: usize) -> Option<usize> {
-    let mut offsets = events
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != tracking)
-        .map(|(_, e)| {
-            let t = e.attr.sample_type;
-            (t & sample::IDENTIFIER != 0 && t & sample::TID != 0)
-                .then_some(16 + if t & sample::IP != 0 { 8 } else { 0 })
-        });
-    let first = offsets.next()??;
-    offsets.all(|o| o == Some(first)).then_some(first)
-}
-
-/// HEADER_BUILD_ID entries: the kernel's, and the executable files mapped
-/// by the processes that have samples (`sampled_pids`; `None`: every
-/// process), at the window's start or during it, whose build-id is known.
-fn build_id_entries(
-    capture: &Capture,
-    tracking_records: &[u8],
-    host: &HostInfo,
-    sampled_pids: Option<&BTreeSet<u32>>,
-) -> Vec<features::BuildIdEntry> {
-    use crate::tracking::record::{TrackingRecord, parse};
-    use crate::tracking::state::{BuildId, MapState};
-    let mut out = Vec::new();
-    if let Some(id) = &host.kernel_build_id {
-        out.push(features::BuildIdEntry {
-            misc: crate::abi::misc::KERNEL,
-            build_id: id.clone(),
-            filename: "[kernel.kallsyms]".into(),
-        });
-    }
-    let loaded = capture.loaded_modules.iter().map(|l| &l.module);
-    for m in host.modules.iter().chain(loaded) {
-        if let Some(id) = &m.build_id
-            && !out
-                .iter()
-                .any(|e| e.filename == m.path && e.build_id == *id)
-        {
-            out.push(features::BuildIdEntry {
-                misc: crate::abi::misc::KERNEL,
-                build_id: id.clone(),
-                filename: m.path.clone(),
-            });
-        }
-    }
-    let sampled = |pid: u32| sampled_pids.is_none_or(|s| s.contains(&pid));
-    let mut all: BTreeSet<(String, BuildId)> = BTreeSet::new();
-    let mut add = |map: &MapState| {
-        if let Some(id) = map.build_id
-            && map.prot & crate::abi::mmap_prot::EXEC != 0
-            && map.filename.starts_with('/')
-        {
-            all.insert((map.filename.to_string(), id));
-        }
-    };
-    for p in capture.processes.iter().filter(|p| sampled(p.pid)) {
-        p.maps.iter().for_each(&mut add);
-    }
-    for (_, record) in crate::ring::records(tracking_records).map_while(Result::ok) {
-        if let Some(parsed) = parse(record)
-            && let TrackingRecord::Mmap { pid, map, .. } = parsed.record
-            && sampled(pid)
-        {
-            add(&map);
-        }
-    }
-    out.extend(
-        all.into_iter()
-            .map(|(filename, id)| features::BuildIdEntry {
-                misc: crate::abi::misc::USER,
-                build_id: id.as_bytes().to_vec(),
-                filename,
-            }),
-    );
-    out
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
