@@ -1,7 +1,7 @@
 //! Feature sections of a perf.data file, in the layouts perf's
 //! tools/perf/util/header.c reads them. Pure encoders: bytes out.
 
-use super::perfdata::DataSummary;
+use super::summary::DataSummary;
 use crate::host::machine::{CacheLevel, CpuTopology, MemTopology, NumaNode};
 use crate::host::{ClockReference, HostInfo, TracingSource};
 use crate::recorder::{EventDescriptor, tracepoints_of};

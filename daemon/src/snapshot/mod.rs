@@ -5,7 +5,8 @@
 //! - [`features`]: the feature sections (TRACING_DATA, EVENT_DESC, ...);
 //! - [`build_ids`]: the files of the BUILD_ID table;
 //! - [`compress`]: zstd packing into PERF_RECORD_COMPRESSED, in parallel;
-//! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure);
+//! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure), and
+//!   [`summary`], what a written file is;
 //! - [`recompress`]: a written snapshot compressed later (read with
 //!   `flightrec_perfdata::reader`);
 //! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
@@ -18,6 +19,7 @@ pub mod features;
 pub mod output;
 pub mod perfdata;
 pub mod recompress;
+pub mod summary;
 pub mod synth;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

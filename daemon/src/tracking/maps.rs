@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::tracking::state::{BuildId, MapState};
+use super::map_state::{BuildId, MapState};
 
 /// Maps kept as one sorted slice; more go to a tree.
 const SMALL_MAX: usize = 32;

@@ -2,6 +2,7 @@
 //! the process table.
 //!
 //! - [`record`]: parsing the records the tracking event emits.
+//! - [`map_state`]: one mapping and the build-id of its file.
 //! - [`maps`]: a process's mappings, shared between forks and snapshots.
 //! - [`process_table`]: pid/tid → comm, parent, maps, folded from records.
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
@@ -11,6 +12,7 @@
 pub mod build_id;
 pub mod drain;
 pub mod log;
+pub mod map_state;
 pub mod maps;
 pub mod modules;
 pub mod process_table;
