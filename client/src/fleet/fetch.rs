@@ -292,23 +292,8 @@ fn commit(part: NewFile, out: &Path, force: bool) -> Result<(), ClientError> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-
-    fn headers(host: &str, id: &str, created: i64) -> ObjectHeaders {
-        ObjectHeaders {
-            host: host.into(),
-            id: id.into(),
-            label: if id.ends_with('2') { "" } else { "incident" }.into(),
-            trigger: "signal".into(),
-            bytes: 3 * 1024 * 1024,
-            compressed: id.ends_with('2'),
-            created_unix_ns: created,
-            labels: BTreeMap::from([("role".into(), "db".into())]),
-            digest: "SHA-256=x".into(),
-        }
-    }
+    use crate::fleet::store::tests::headers;
 
     #[test]
     fn the_output_defaults_to_the_id_in_the_current_or_given_directory() {

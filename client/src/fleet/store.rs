@@ -250,12 +250,13 @@ pub async fn list(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
 
-    fn headers(host: &str, id: &str, created: i64) -> ObjectHeaders {
+    /// The headers of snapshot `host/id` (3 MiB), created at `created`.
+    pub(in crate::fleet) fn headers(host: &str, id: &str, created: i64) -> ObjectHeaders {
         ObjectHeaders {
             host: host.into(),
             id: id.into(),
