@@ -13,14 +13,19 @@ pub const MAX_PATH_BYTES: usize = 4095;
 pub const MAX_EVENT_NAME_BYTES: usize = 255;
 /// Longest tracepoint filter: the kernel copies at most a page of it.
 pub const MAX_FILTER_BYTES: usize = 4095;
+/// Whether `s` is a word of `[A-Za-z0-9_-]`, 1 to `max` bytes: the names
+/// of events, triggers, hosts and buckets.
+pub(crate) fn is_word(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// `system:event` (tracepoint) or a lowercase software/hardware event name.
 /// Whether the kernel knows it is checked when the events are opened.
 pub fn check_event_name(name: &str) -> Result<(), String> {
-    let word = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    };
+    let word = |s: &str| is_word(s, usize::MAX);
     let ok = match name.split_once(':') {
         Some((sys, ev)) => word(sys) && word(ev),
         None => word(name),

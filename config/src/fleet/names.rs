@@ -46,11 +46,9 @@ pub(super) fn check_nats_url(url: &str) -> Result<(), String> {
 pub fn check_host(host: &str) -> Result<(), String> {
     let ok = !host.is_empty()
         && host.len() <= MAX_FLEET_NAME_BYTES
-        && host.split('.').all(|t| {
-            !t.is_empty()
-                && t.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        });
+        && host
+            .split('.')
+            .all(|t| crate::checks::is_word(t, usize::MAX));
     if ok {
         Ok(())
     } else {
@@ -76,11 +74,7 @@ pub(super) fn check_subject_prefix(prefix: &str) -> Result<(), String> {
 
 /// A JetStream bucket name: `[A-Za-z0-9_-]`, 1 to 64 characters.
 pub(super) fn check_bucket(bucket: &str) -> Result<(), String> {
-    let ok = !bucket.is_empty()
-        && bucket.len() <= 64
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = crate::checks::is_word(bucket, 64);
     if ok {
         Ok(())
     } else {

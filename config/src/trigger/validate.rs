@@ -258,11 +258,7 @@ impl TriggerConfig {
 
 /// `[A-Za-z0-9_-]`, 1 to 64 bytes.
 pub fn check_trigger_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_TRIGGER_NAME_BYTES
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = crate::checks::is_word(name, MAX_TRIGGER_NAME_BYTES);
     if ok {
         Ok(())
     } else {
