@@ -257,8 +257,8 @@ const CLOCK_GAP_NS: u64 = 1_000_000;
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn the_lossless_freeze_loses_nothing_and_windows_do_not_repeat() {
-    require_root("the_lossless_freeze_loses_nothing_and_windows_do_not_repeat");
+fn the_lossless_freeze_loses_nothing_and_reaches_back_across_captures() {
+    require_root("the_lossless_freeze_loses_nothing_and_reaches_back_across_captures");
     let _alone = one_at_a_time();
     let recorder = clock_recorder(true);
     let cpus = recorder.cpus();
@@ -306,13 +306,36 @@ fn the_lossless_freeze_loses_nothing_and_windows_do_not_repeat() {
             a.cpu,
             (b_old - a_new) / 1000
         );
-        // The third window is the first set's ring again, walked only
-        // from where the second capture re-enabled it.
-        assert!(
-            c_old > a_new,
-            "CPU {}: the third window repeats the first ({c_old} <= {a_new})",
-            c.cpu
+        // The second window reaches back through the first set's ring,
+        // which still held the first window whole (it never wrapped).
+        assert_eq!(
+            b_old,
+            a.oldest_ns.unwrap(),
+            "CPU {}: the second window does not reach back to the first's start",
+            b.cpu
         );
+        // The third window is the first set's ring again, walked from where
+        // the second capture re-enabled it, followed by the second set's
+        // window from the first capture on: it reaches back to the first
+        // capture, not past it.
+        assert!(
+            c_old <= a_new + CLOCK_GAP_NS && c_old + CLOCK_GAP_NS >= a_new,
+            "CPU {}: the third window starts {} µs from the first capture",
+            c.cpu,
+            c_old.abs_diff(a_new) / 1000
+        );
+        for (name, capture) in [("first", a), ("second", b), ("third", c)] {
+            let mut times = sample_times(capture, sample_type);
+            let count = times.len();
+            times.sort_unstable();
+            times.dedup();
+            assert_eq!(
+                times.len(),
+                count,
+                "CPU {}: the {name} window holds a moment twice",
+                capture.cpu
+            );
+        }
         assert!(
             c_old <= b_new + CLOCK_GAP_NS,
             "CPU {}: {} µs between the second and third windows",

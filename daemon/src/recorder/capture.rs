@@ -8,7 +8,13 @@
 //! in parallel), so every moment is recorded by at least one set and
 //! nothing is dropped; it then copies the now idle ring, walking only what
 //! was written since that set was last enabled (older bytes belong to the
-//! window before). The next capture swaps the roles back. Re-pointing the
+//! window before). The next capture swaps the roles back. The standby ring
+//! still holds the window the capture before this one took: when this
+//! capture's window reaches back to where its set was enabled, the older
+//! records of that window that the kernel has not yet overwritten follow
+//! it, so every capture reaches back up to two rings' worth, even right
+//! after another (windows of successive captures overlap; none repeats a
+//! record within itself). Re-pointing the
 //! events with `PERF_EVENT_IOC_SET_OUTPUT` instead would not double the
 //! events, but on this kernel each re-point of an event waits for an RCU
 //! grace period (6-18 ms measured), against microseconds for an enable.
@@ -34,6 +40,7 @@ use rayon::prelude::*;
 use super::lifecycle::{CaptureError, Recorder};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::rings::{CpuRing, lock};
+use super::window::{SampleWindow, keep_window};
 use super::{Capture, CpuCapture};
 use crate::abi::layout::RecordLayouts;
 use crate::perf::PerfError;
@@ -44,7 +51,12 @@ impl Recorder {
     /// standby set, or paused), copies it (and resumes a paused one), then
     /// walks the copies and the tracking log.
     pub fn capture(&self) -> Result<Capture, CaptureError> {
-        self.capture_calling(&|_| {})
+        self.capture_calling(&|_| {}, SampleWindow::default())
+    }
+
+    /// [`Recorder::capture`] keeping only the records inside `window`.
+    pub fn capture_window(&self, window: SampleWindow) -> Result<Capture, CaptureError> {
+        self.capture_calling(&|_| {}, window)
     }
 
     /// [`Recorder::capture`] calling `hook(cpu)` while that CPU's ring is
@@ -55,10 +67,14 @@ impl Recorder {
         &self,
         hook: &(dyn Fn(u32) + Sync),
     ) -> Result<Capture, CaptureError> {
-        self.capture_calling(hook)
+        self.capture_calling(hook, SampleWindow::default())
     }
 
-    fn capture_calling(&self, hook: &(dyn Fn(u32) + Sync)) -> Result<Capture, CaptureError> {
+    fn capture_calling(
+        &self,
+        hook: &(dyn Fn(u32) + Sync),
+        window: SampleWindow,
+    ) -> Result<Capture, CaptureError> {
         let _one_at_a_time = lock(&self.live.capture_lock);
         let rings = self.live.rings();
         let results: Vec<Result<CpuCapture, PerfError>> = crate::perf::sched::freeze_pool()
@@ -69,8 +85,14 @@ impl Recorder {
                     .map(|cpu| capture_cpu(cpu, &rings.layouts, hook))
                     .collect()
             });
-        let cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let window_start_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
+        let mut cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let held_from_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
+        for cpu in &mut cpus {
+            keep_window(cpu, &rings.layouts, window);
+        }
+        let window_start_ns = window
+            .start_ns
+            .map_or(held_from_ns, |s| s.max(held_from_ns));
 
         let mut tracking = lock(&self.live.tracking);
         tracking.drain();
@@ -82,10 +104,12 @@ impl Recorder {
         build_ids.fill_records(&mut window.records);
         let tracking_lost = tracking.lost_total();
         let loaded_modules = tracking.loaded_modules().to_vec();
-        if window_start_ns > 0 {
-            // Windows only move forward: no later one needs these.
-            tracking.log_mut().forget_exited_before(window_start_ns);
-            tracking.prune_modules(window_start_ns);
+        if held_from_ns > 0 {
+            // What the rings hold only moves forward: no later window
+            // reaches back past it (a window cut shorter may be followed
+            // by a longer one).
+            tracking.log_mut().forget_exited_before(held_from_ns);
+            tracking.prune_modules(held_from_ns);
         }
         drop(tracking);
         let mut processes = window.processes;
@@ -105,6 +129,7 @@ impl Recorder {
             tracking_record_count: window.count,
             tracking_lost,
             window_start_ns,
+            held_from_ns,
             kernel_text: self.kernel_text,
             loaded_modules,
         })
@@ -115,22 +140,51 @@ impl Recorder {
 /// events) and re-reading its `data_head`.
 pub const WRITER_GRACE: std::time::Duration = std::time::Duration::from_micros(5);
 
-/// Stops the kernel writing `cpu`'s active ring and returns the index of
-/// the set whose ring is now frozen. With a standby set, that set is
-/// enabled before the active one is disabled: the two overlap for a few
-/// microseconds (a record of that moment may be in both windows), never
-/// leave a gap. Without one, the ring is paused (writes dropped, counted).
-fn freeze(cpu: &CpuRing) -> Result<usize, PerfError> {
+/// What a freeze left: the set whose ring is now frozen, and the window
+/// the newly enabled standby ring held when it was frozen last.
+struct Frozen {
+    set: usize,
+    earlier: Option<EarlierWindow>,
+}
+
+/// The window a standby ring held when it was last frozen: `len` bytes of
+/// records from `head` (its `data_head` then, and when it was enabled
+/// again) toward older ones. The kernel overwrites it from its oldest end
+/// once the ring records again.
+#[derive(Clone, Copy)]
+struct EarlierWindow {
+    set: usize,
+    head: u64,
+    len: u64,
+}
+
+/// Stops the kernel writing `cpu`'s active ring. With a standby set, that
+/// set is enabled before the active one is disabled: the two overlap for a
+/// few microseconds (a record of that moment may be in both windows),
+/// never leave a gap. Without one, the ring is paused (writes dropped,
+/// counted).
+fn freeze(cpu: &CpuRing) -> Result<Frozen, PerfError> {
     let active = cpu.active.load(Ordering::Acquire);
     if cpu.sets.len() == 1 {
         cpu.sets[active].ring.pause()?;
-        return Ok(active);
+        return Ok(Frozen {
+            set: active,
+            earlier: None,
+        });
     }
     let standby = (active + 1) % cpu.sets.len();
     let next = &cpu.sets[standby];
     // Disabled since the last capture copied it: its head is still.
-    next.enabled_at_head
-        .store(next.ring.data_head(), Ordering::Release);
+    let still = next.ring.data_head();
+    let earlier = EarlierWindow {
+        set: standby,
+        head: still,
+        len: next
+            .enabled_at_head
+            .load(Ordering::Acquire)
+            .wrapping_sub(still),
+    };
+    next.enabled_at_head.store(still, Ordering::Release);
     if let Err(e) = next.ring.enable() {
         // Some of its events may be on: the active set alone records.
         let _ = next.ring.disable();
@@ -143,7 +197,10 @@ fn freeze(cpu: &CpuRing) -> Result<usize, PerfError> {
         return Err(e);
     }
     cpu.active.store(standby, Ordering::Release);
-    Ok(active)
+    Ok(Frozen {
+        set: active,
+        earlier: Some(earlier),
+    })
 }
 
 fn capture_cpu(
@@ -157,7 +214,7 @@ fn capture_cpu(
     let started = Instant::now();
     let frozen = freeze(cpu)?;
     let frozen_at = Instant::now();
-    let set = &cpu.sets[frozen];
+    let set = &cpu.sets[frozen.set];
     let ring = &set.ring;
     let head = ring.data_head();
     ring.copy_used(head, &mut scratch);
@@ -193,11 +250,25 @@ fn capture_cpu(
     let range = find_range_limited(&scratch, head, trusted);
     let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
     copy_range(&scratch, &range, &mut records);
+    let mut summary = summarize(&mut records, layouts);
+
+    // Only a window whole back to where its set was enabled joins the
+    // earlier one without a gap between them.
+    let whole = range.len == since_enabled && summary.corruption.is_none();
+    if let Some(earlier) = frozen.earlier.filter(|e| whole && e.len > 0) {
+        let mut older = earlier_records(cpu, earlier, &mut scratch);
+        drop_newer_than(&mut older, layouts, summary.oldest);
+        let older_summary = summarize(&mut older, layouts);
+        records.extend_from_slice(&older);
+        summary.count += older_summary.count;
+        summary.oldest = min_some(summary.oldest, older_summary.oldest);
+        summary.newest = summary.newest.max(older_summary.newest);
+        summary.corruption = summary.corruption.or(older_summary.corruption);
+    }
     drop(scratch);
 
     let lost_after = cpu.lost()?;
     cpu.last_lost.store(lost_after, Ordering::Relaxed);
-    let summary = summarize(&mut records, layouts);
     Ok(CpuCapture {
         cpu: ring.cpu(),
         event_id: ring.ids().first().copied().unwrap_or(0),
@@ -215,6 +286,63 @@ fn capture_cpu(
             .or(summary.corruption),
         records,
     })
+}
+
+/// The records of `earlier` the kernel has not overwritten since its ring
+/// was enabled again, newest first, copied through `scratch`.
+fn earlier_records(cpu: &CpuRing, earlier: EarlierWindow, scratch: &mut [u8]) -> Vec<u8> {
+    let ring = &cpu.sets[earlier.set].ring;
+    ring.copy_used(ring.data_head(), scratch);
+    // The ring records again: wait for writers that began before the copy
+    // ended to publish their head, then trust only what no write reached.
+    let copied_at = Instant::now();
+    while copied_at.elapsed() < WRITER_GRACE {
+        std::hint::spin_loop();
+    }
+    let overwritten = earlier.head.wrapping_sub(ring.data_head());
+    let trusted = (scratch.len() as u64)
+        .saturating_sub(overwritten)
+        .min(earlier.len);
+    let range = find_range_limited(scratch, earlier.head, trusted);
+    let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
+    copy_range(scratch, &range, &mut records);
+    records
+}
+
+/// Drops the newest records of `records` (newest first) down to the first
+/// one older than `oldest_kept`: both sets recorded the moment of the
+/// switch, and a window must not hold the same moment twice.
+fn drop_newer_than(records: &mut Vec<u8>, layouts: &RecordLayouts, oldest_kept: Option<u64>) {
+    let Some(limit) = oldest_kept else {
+        return;
+    };
+    let mut iter = crate::ring::records(records);
+    let mut keep_from = None;
+    loop {
+        let at = iter.offset();
+        match iter.next() {
+            Some(Ok((_, record))) => {
+                if layouts.time_and_cpu(record).0.is_some_and(|t| t < limit) {
+                    keep_from = Some(at);
+                    break;
+                }
+            }
+            Some(Err(_)) | None => break,
+        }
+    }
+    match keep_from {
+        Some(at) => {
+            records.drain(..at);
+        }
+        None => records.clear(),
+    }
+}
+
+fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 struct Summary {
