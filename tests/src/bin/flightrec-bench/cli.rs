@@ -17,12 +17,12 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory, loss, fleet; compress-priority, and soak (20 minutes), only
-    /// when named).
+    /// memory, loss, lookback, fleet; compress-priority, and soak (20
+    /// minutes), only when named).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss,fleet"
+        default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss,lookback,fleet"
     )]
     pub only: Vec<String>,
     /// Length of the soak in minutes (default 20, 2 with --quick).

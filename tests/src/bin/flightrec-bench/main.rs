@@ -66,6 +66,9 @@ fn main() -> Result<()> {
     if args.wants("loss") {
         sections.push(scenarios::loss(&args)?);
     }
+    if args.wants("lookback") {
+        sections.push(scenarios::lookback(&args)?);
+    }
     if args.wants("fleet") {
         sections.push(scenarios::fleet(&args)?);
     }

@@ -61,6 +61,23 @@ impl BackgroundLoad {
         Self::messaging(10)
     }
 
+    /// One round of `perf bench sched messaging -g 1` every 0.3 s: a load
+    /// that takes seconds to fill a 4 MiB ring.
+    pub fn light() -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                "while :; do perf bench sched messaging -g 1 >/dev/null 2>&1; sleep 0.3; done",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting the light load")?;
+        Ok(Self { child })
+    }
+
     /// `perf bench sched messaging -g GROUPS`, looping until dropped.
     pub fn messaging(groups: u32) -> Result<Self> {
         use std::os::unix::process::CommandExt;

@@ -4,6 +4,7 @@
 mod compress_priority;
 mod compression;
 mod fleet;
+mod lookback;
 mod loss;
 mod memory;
 mod overhead;
@@ -22,6 +23,7 @@ use crate::workload::BackgroundLoad;
 pub use compress_priority::compress_priority;
 pub use compression::compression;
 pub use fleet::fleet;
+pub use lookback::lookback;
 pub use loss::loss;
 pub use memory::{dump_vs_log_fill, memory};
 pub use overhead::overhead;
