@@ -64,6 +64,20 @@ pub enum Command {
         /// Compress with zstd even if the daemon's config says "none".
         #[arg(long)]
         compress: bool,
+        /// Cut the window around TIME instead of now: RFC 3339
+        /// (2026-11-23T21:04:05Z) or relative to now (-5m, +30s). In the
+        /// past, --before defaults to 10s.
+        #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+        at: Option<i64>,
+        /// Start the window DUR before TIME (default: as far back as the
+        /// memory rings hold when TIME is now).
+        #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
+        before: Option<Duration>,
+        /// End the window DUR after TIME: the rings keep recording until
+        /// then (default: the configured post_trigger_delay when TIME is
+        /// now).
+        #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
+        after: Option<Duration>,
     },
     /// List the snapshots, oldest first.
     List,
@@ -197,6 +211,17 @@ pub enum FleetCommand {
         /// Ask this host only (on <subject>.dump.HOST; expected to answer).
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
+        /// Every host cuts its window around TIME (see `snapctl dump --at`):
+        /// a relative TIME is made absolute here, once, so all cut the same
+        /// wall-clock window.
+        #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+        at: Option<i64>,
+        /// Start the windows DUR before TIME.
+        #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
+        before: Option<Duration>,
+        /// End the windows DUR after TIME.
+        #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
+        after: Option<Duration>,
     },
     /// List the snapshots the daemons uploaded into the bucket.
     ///
@@ -255,6 +280,59 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A window's `--before`/`--after`: any duration, 0 included.
+fn parse_window_duration(s: &str) -> Result<Duration, String> {
+    HumanDuration::parse(s).map(HumanDuration::get)
+}
+
+/// `--at`: RFC 3339 in UTC, or a duration relative to now with a sign;
+/// ns since the Unix epoch.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    parse_time_at(s, std::time::SystemTime::now())
+}
+
+fn parse_time_at(s: &str, now: std::time::SystemTime) -> Result<i64, String> {
+    let s = s.trim();
+    let time = if let Some(rest) = s.strip_prefix('-') {
+        now.checked_sub(HumanDuration::parse(rest)?.get())
+    } else if let Some(rest) = s.strip_prefix('+') {
+        now.checked_add(HumanDuration::parse(rest)?.get())
+    } else if s == "now" {
+        Some(now)
+    } else {
+        Some(humantime::parse_rfc3339_weak(s).map_err(|e| {
+            format!("{s:?}: {e} (RFC 3339 such as 2026-11-23T21:04:05Z, or -5m, +30s)")
+        })?)
+    };
+    time.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_nanos()).ok())
+        .ok_or_else(|| format!("{s:?} is out of range"))
+}
+
 fn parse_duration(s: &str) -> Result<u64, String> {
     HumanDuration::parse(s).map(|d| d.get().as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn a_time_is_rfc_3339_or_relative_to_now() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |s| parse_time_at(s, now);
+        assert_eq!(at("-5m"), Ok(1_800_000_000_000_000_000 - 300_000_000_000));
+        assert_eq!(at("+30s"), Ok(1_800_000_000_000_000_000 + 30_000_000_000));
+        assert_eq!(at("now"), Ok(1_800_000_000_000_000_000));
+        assert_eq!(at("2026-11-23T21:04:05Z"), Ok(1_795_467_845_000_000_000));
+        assert_eq!(
+            at("2026-11-23T21:04:05.250Z"),
+            Ok(1_795_467_845_250_000_000)
+        );
+        let bad = at("yesterday").unwrap_err();
+        assert!(bad.contains("RFC 3339"), "{bad}");
+        assert!(at("-5 parsecs").is_err());
+        assert!(parse_time("-1s").unwrap() < parse_time("now").unwrap());
+    }
 }

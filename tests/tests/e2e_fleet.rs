@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use flightrec_tests::fleet::{
     connected, fleet_toml, snapctl_fleet_json, start_connected, wait_fleet,
 };
-use flightrec_tests::{Daemon, NatsServer, bin_path, free_port, perf_script, require_root};
+use flightrec_tests::{
+    Daemon, NatsServer, bin_path, free_port, perf_script, require_root, test_config,
+};
 use serde_json::Value;
 
 /// `[fleet]` for a test daemon that uploads nothing; `extra` adds keys
@@ -184,6 +186,94 @@ fn fleet_dump_reaches_every_daemon_and_the_selector_only_matching_ones() {
     }
     let after: Vec<usize> = daemons.iter().map(|(_, d)| d.list().len()).collect();
     assert_eq!(before, after);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_fleet_dump_at_an_instant_cuts_the_same_window_on_every_host() {
+    require_root("a_fleet_dump_at_an_instant_cuts_the_same_window_on_every_host");
+    let nats = NatsServer::start();
+    let url = nats.url();
+    // 1 MiB per CPU: the rings of three idle daemons reach back past the
+    // window, a second and a half.
+    let daemons: Vec<(&str, Daemon)> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|host| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let fleet = fleet_section(&url, host, "role = \"db\"", "");
+            let text = test_config(dir.path(), &fleet)
+                .replace("per_cpu = \"256KiB\"", "per_cpu = \"1MiB\"");
+            (host, Daemon::start_in(dir, &text, &[]))
+        })
+        .collect();
+    for (_, d) in &daemons {
+        connected(d);
+    }
+    // The half second that ended 1 s ago, once every host's rings reach
+    // back past it (witness: status).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (host, d) in &daemons {
+        while d.json(&["status"])["cpus"]
+            .as_array()
+            .expect("cpus")
+            .iter()
+            .any(|c| c["rings_reach_ns"].as_u64().unwrap_or(0) < 1_800_000_000)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{host}: the rings never reached 1.8 s back"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let (out, v) = snapctl_fleet_json(
+        &url,
+        &[
+            "dump",
+            "--at",
+            "-1s",
+            "--before",
+            "500ms",
+            "--wait",
+            "30s",
+            "--expect",
+            "host-a,host-b,host-c",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{v}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replies = v["replies"].as_array().expect("replies");
+    assert_eq!(replies.len(), 3, "{v}");
+    let edge = |r: &Value, key: &str| r[key].as_i64().unwrap_or_else(|| panic!("{key}: {r}"));
+    let starts: Vec<i64> = replies
+        .iter()
+        .map(|r| edge(r, "window_start_unix_ns"))
+        .collect();
+    let ends: Vec<i64> = replies
+        .iter()
+        .map(|r| edge(r, "window_end_unix_ns"))
+        .collect();
+    for (edges, what) in [(&starts, "starts"), (&ends, "ends")] {
+        let spread = edges.iter().max().unwrap() - edges.iter().min().unwrap();
+        assert!(
+            spread <= 10_000_000,
+            "the windows' {what} are {spread} ns apart: {v}"
+        );
+    }
+    for r in replies {
+        assert_eq!(
+            edge(r, "window_end_unix_ns") - edge(r, "window_start_unix_ns"),
+            500_000_000,
+            "{r}"
+        );
+        assert_eq!(r["window_missing_ns"], 0, "{r}");
+        // perf reads it, and holds samples.
+        let script = perf_script(Path::new(r["path"].as_str().expect("path")), &[]);
+        assert!(script.contains("cpu-clock"), "{r}: {script:.300}");
+    }
 }
 
 #[test]

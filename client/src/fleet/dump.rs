@@ -20,11 +20,21 @@ pub fn parse_selector(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `--at` (already absolute: every host cuts the same instant, however
+/// late the request reaches it), `--before`, `--after`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowArgs {
+    pub at_unix_ns: Option<i64>,
+    pub before: Option<Duration>,
+    pub after: Option<Duration>,
+}
+
 /// The request the daemons read (daemon/src/fleet/request.rs).
 pub fn request_json(
     label: Option<&str>,
     select: &BTreeMap<String, String>,
     compress: bool,
+    window: WindowArgs,
 ) -> Value {
     let mut v = json!({});
     if let Some(l) = label {
@@ -35,6 +45,16 @@ pub fn request_json(
     }
     if compress {
         v["compress"] = json!(true);
+    }
+    if let Some(at) = window.at_unix_ns {
+        let time = std::time::UNIX_EPOCH + Duration::from_nanos(at.max(0).unsigned_abs());
+        v["at"] = json!(humantime::format_rfc3339_nanos(time).to_string());
+    }
+    if let Some(before) = window.before {
+        v["before"] = json!(humantime::format_duration(before).to_string());
+    }
+    if let Some(after) = window.after {
+        v["after"] = json!(humantime::format_duration(after).to_string());
     }
     v
 }
@@ -196,11 +216,21 @@ mod tests {
 
     #[test]
     fn the_request_has_only_what_was_asked() {
-        assert_eq!(request_json(None, &BTreeMap::new(), false), json!({}));
+        let none = WindowArgs::default();
+        assert_eq!(request_json(None, &BTreeMap::new(), false, none), json!({}));
         let select = BTreeMap::from([("role".to_string(), "db".to_string())]);
         assert_eq!(
-            request_json(Some("x"), &select, true),
+            request_json(Some("x"), &select, true, none),
             json!({"label": "x", "select": {"role": "db"}, "compress": true})
+        );
+        let window = WindowArgs {
+            at_unix_ns: Some(1_795_467_845_500_000_000),
+            before: Some(Duration::from_secs(10)),
+            after: Some(Duration::from_millis(1500)),
+        };
+        assert_eq!(
+            request_json(None, &BTreeMap::new(), false, window),
+            json!({"at": "2026-11-23T21:04:05.500000000Z", "before": "10s", "after": "1s 500ms"})
         );
     }
 

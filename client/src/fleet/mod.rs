@@ -15,7 +15,7 @@ use async_nats::ConnectOptions;
 use flightrec_config::{DEFAULT_BUCKET, DEFAULT_NATS_URL, DEFAULT_SUBJECT, FleetConfig};
 
 use crate::ClientError;
-pub use dump::{FleetDump, dump, parse_selector, request_json};
+pub use dump::{FleetDump, WindowArgs, dump, parse_selector, request_json};
 
 /// Where and how to reach NATS: `--nats`, else `[fleet]` of the config
 /// file, else the local default; credentials, subject and bucket from

@@ -47,6 +47,9 @@ pub fn dump(r: &pb::DumpReply, as_json: bool) -> String {
     v["tracking_records"] = json!(r.tracking_records);
     v["coalesced"] = json!(r.coalesced);
     v["timings"] = timings_json(r.timings.as_ref());
+    v["window_start_unix_ns"] = json!(r.window_start_unix_ns);
+    v["window_end_unix_ns"] = json!(r.window_end_unix_ns);
+    v["window_missing_ns"] = json!(r.window_missing_ns);
     v.to_string()
 }
 
@@ -223,6 +226,9 @@ mod tests {
             timings: None,
             tracking_records: 3,
             coalesced: true,
+            window_start_unix_ns: 1_000,
+            window_end_unix_ns: 2_000,
+            window_missing_ns: 0,
         };
         assert_eq!(dump(&r, false), snap().path);
         let v: Value = serde_json::from_str(&dump(&r, true)).unwrap();
@@ -235,6 +241,8 @@ mod tests {
         assert_eq!(v["cpus"][0]["lost"], 2);
         assert_eq!(v["cpus"][0]["newest_ns"], 9);
         assert_eq!(v["coalesced"], true);
+        assert_eq!(v["window_start_unix_ns"], 1_000);
+        assert_eq!(v["window_end_unix_ns"], 2_000);
     }
 
     #[test]

@@ -51,7 +51,12 @@ fn event_json(e: &pb::EventStatus) -> Value {
 }
 
 fn cpu_json(c: &pb::CpuStatus) -> Value {
-    json!({"cpu": c.cpu, "online": c.online, "lost_samples": c.lost_samples, "lost_tracking": c.lost_tracking})
+    json!({
+        "cpu": c.cpu, "online": c.online, "lost_samples": c.lost_samples,
+        "lost_tracking": c.lost_tracking, "rings_oldest_unix_ns": c.rings_oldest_unix_ns,
+        "rings_reach_ns": c.rings_reach_ns, "ring_records": c.ring_records,
+        "records_per_second": c.records_per_second,
+    })
 }
 
 fn tracking_json(t: &pb::TrackingStatus) -> Value {
@@ -143,20 +148,31 @@ fn event_line(e: &pb::EventStatus) -> String {
     line
 }
 
-/// The loss counters per CPU, and which CPUs are offline (unless all are:
-/// then the counters say enough).
+/// How far back each CPU's rings reach, the rate, the loss counters, and
+/// which CPUs are offline (unless all are: then the counters say enough).
 fn cpu_lines(cpus: &[pb::CpuStatus]) -> Vec<String> {
     let rows: Vec<Vec<String>> = cpus
         .iter()
         .map(|c| {
             vec![
                 c.cpu.to_string(),
+                reach_cell(c),
+                format!("{}/s", c.records_per_second),
                 c.lost_samples.to_string(),
                 c.lost_tracking.to_string(),
             ]
         })
         .collect();
-    let mut out = vec![table(&["CPU", "LOST SAMPLES", "LOST TRACKING"], &rows)];
+    let mut out = vec![table(
+        &[
+            "CPU",
+            "RINGS REACH",
+            "RECORDS",
+            "LOST SAMPLES",
+            "LOST TRACKING",
+        ],
+        &rows,
+    )];
     let offline: Vec<String> = cpus
         .iter()
         .filter(|c| !c.online)
@@ -169,6 +185,19 @@ fn cpu_lines(cpus: &[pb::CpuStatus]) -> Vec<String> {
         ));
     }
     out
+}
+
+/// "2.9s" back (to the tenth of a second), "-" when the rings hold nothing.
+fn reach_cell(c: &pb::CpuStatus) -> String {
+    if c.rings_oldest_unix_ns == 0 {
+        return "-".into();
+    }
+    let tenths = (c.rings_reach_ns + 50_000_000) / 100_000_000;
+    if tenths < 600 {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    } else {
+        humantime::format_duration(std::time::Duration::from_secs(tenths / 10)).to_string()
+    }
 }
 
 /// The tracking log, the process table's bounds and drops, and the
@@ -339,5 +368,20 @@ mod tests {
         );
         assert_eq!(cpu_lines(&[cpu(0, false), cpu(1, false)]).len(), 1);
         assert_eq!(cpu_lines(&[cpu(0, true)]).len(), 1);
+    }
+
+    #[test]
+    fn the_reach_reads_in_seconds_then_minutes() {
+        let reach = |ns| pb::CpuStatus {
+            rings_oldest_unix_ns: 1,
+            rings_reach_ns: ns,
+            ..Default::default()
+        };
+        assert_eq!(reach_cell(&pb::CpuStatus::default()), "-");
+        assert_eq!(reach_cell(&reach(2_940_000_000)), "2.9s");
+        assert_eq!(reach_cell(&reach(598_000_000_000)), "9m 58s");
+        let lines = cpu_lines(&[reach(2_940_000_000)]);
+        assert!(lines[0].contains("RINGS REACH"), "{}", lines[0]);
+        assert!(lines[0].contains("2.9s"), "{}", lines[0]);
     }
 }

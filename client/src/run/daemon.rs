@@ -51,15 +51,31 @@ impl Daemon {
 pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Result<(), ClientError> {
     let mut client = daemon.connect().await?;
     let text = match command {
-        Command::Dump { label, compress } => {
-            // A dump may wait for its slot (snapshot.min_interval) and
-            // take long to write.
+        Command::Dump {
+            label,
+            compress,
+            at,
+            before,
+            after,
+        } => {
+            // A dump may wait for its slot (snapshot.min_interval), for the
+            // end of its window, and take long to write.
             let r = daemon
                 .kept_alive(client.dump(pb::DumpRequest {
                     label: label.unwrap_or_default(),
                     compress,
+                    at_unix_ns: at,
+                    before_ns: before.map(nanos),
+                    after_ns: after.map(nanos),
                 }))
                 .await?;
+            if r.window_missing_ns > 0 && !json {
+                eprintln!(
+                    "snapctl: the window asked for starts {} before the oldest record still \
+                     held; the snapshot holds what is left",
+                    humantime::format_duration(Duration::from_nanos(r.window_missing_ns))
+                );
+            }
             render::dump(&r, json)
         }
         Command::List => {
@@ -133,4 +149,9 @@ async fn watch(
         seen += 1;
     }
     Ok(())
+}
+
+/// A duration as the API's `_ns` fields carry it.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

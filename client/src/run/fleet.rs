@@ -10,7 +10,7 @@ use super::config::daemon_config;
 use super::print_line;
 use crate::ClientError;
 use crate::cli::FleetCommand;
-use crate::fleet::{FleetTarget, fetch, request_json, store};
+use crate::fleet::{FleetTarget, WindowArgs, fetch, request_json, store};
 
 /// What `snapctl fleet` was told about NATS; the rest comes from [fleet].
 pub(super) struct FleetFlags {
@@ -65,9 +65,17 @@ pub(super) async fn run(
             wait,
             expect,
             host,
+            at,
+            before,
+            after,
         } => {
             let select: BTreeMap<String, String> = select.into_iter().collect();
-            let request = request_json(label.as_deref(), &select, compress);
+            let window = WindowArgs {
+                at_unix_ns: at,
+                before,
+                after,
+            };
+            let request = request_json(label.as_deref(), &select, compress, window);
             let expect = expected_hosts(host.as_deref(), expect);
             let result =
                 crate::fleet::dump(&target, host.as_deref(), &request, wait, &expect, timeout)

@@ -85,6 +85,10 @@ pub struct TriggerConfig {
     /// Overrides `snapshot.post_trigger_delay` for this trigger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_trigger_delay: Option<Spanned<HumanDuration>>,
+    /// How far before the firing the snapshot reaches; default: as far
+    /// back as the rings hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Spanned<HumanDuration>>,
     /// The snapshots' label; default: the name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<Spanned<String>>,

@@ -247,6 +247,18 @@ impl TriggerConfig {
                 ),
             ));
         }
+        if let Some(before) = &self.before
+            && before.get_ref().get() > MAX_BEFORE
+        {
+            return Err((
+                before.span(),
+                format!(
+                    "trigger {}: before = {} is longer than the 7days a window may reach back",
+                    quoted(n),
+                    before.get_ref()
+                ),
+            ));
+        }
         if let Some(label) = &self.label
             && let Err(why) = check_label(label.get_ref())
         {
@@ -255,6 +267,9 @@ impl TriggerConfig {
         Ok(())
     }
 }
+
+/// Longest `before` (the API's limit too).
+const MAX_BEFORE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `[A-Za-z0-9_-]`, 1 to 64 bytes.
 pub fn check_trigger_name(name: &str) -> Result<(), String> {
@@ -396,6 +411,18 @@ mod tests {
             4,
             1,
             "unknown field",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\nbefore = \"8days\"\n",
+            4,
+            10,
+            "before = 8days is longer than the 7days",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\nbefore = \"soon\"\n",
+            4,
+            10,
+            "soon",
         );
     }
 }

@@ -75,6 +75,9 @@ pub fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
         timings: Some(timings_pb(&d.timings)),
         tracking_records: d.output.tracking_records,
         coalesced,
+        window_start_unix_ns: d.output.window.start_unix_ns,
+        window_end_unix_ns: d.output.window.end_unix_ns,
+        window_missing_ns: nanos(d.output.window.missing),
     }
 }
 
@@ -108,6 +111,10 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 online: c.online,
                 lost_samples: c.lost_samples,
                 lost_tracking: c.lost_tracking_records,
+                rings_oldest_unix_ns: c.rings_oldest_unix_ns,
+                rings_reach_ns: nanos(c.rings_reach),
+                ring_records: c.ring_records,
+                records_per_second: c.records_per_second,
             })
             .collect(),
         tracking: Some(pb::TrackingStatus {

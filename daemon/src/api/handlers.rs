@@ -22,6 +22,7 @@ use super::convert::{
 use crate::control::command::{Command, CommandError, Reply, RotateLimits};
 use crate::control::{self, State};
 use crate::store::validate_label;
+use crate::triggers::WindowRequest;
 
 /// Watch streams open at once, all connections together; beyond,
 /// RESOURCE_EXHAUSTED.
@@ -81,6 +82,11 @@ pub fn dump_command(req: pb::DumpRequest) -> Result<Command, CommandError> {
     Ok(Command::Dump {
         label,
         compress: req.compress,
+        window: WindowRequest {
+            at_unix_ns: req.at_unix_ns,
+            before: req.before_ns.map(Duration::from_nanos),
+            after: req.after_ns.map(Duration::from_nanos),
+        },
     })
 }
 
@@ -240,7 +246,7 @@ mod tests {
     fn requests_are_parsed_into_commands_naming_a_bad_field() {
         let bad = dump_command(pb::DumpRequest {
             label: "../x".into(),
-            compress: false,
+            ..Default::default()
         })
         .unwrap_err();
         assert!(bad.to_string().starts_with("label: invalid label"), "{bad}");
@@ -248,11 +254,17 @@ mod tests {
             dump_command(pb::DumpRequest {
                 label: String::new(),
                 compress: true,
+                before_ns: Some(2_000_000_000),
+                ..Default::default()
             })
             .unwrap(),
             Command::Dump {
                 label: None,
-                compress: true
+                compress: true,
+                window: WindowRequest {
+                    before: Some(Duration::from_secs(2)),
+                    ..Default::default()
+                }
             }
         );
         let level = compress_command(pb::CompressRequest {

@@ -15,7 +15,7 @@ use crate::store::{
     RetentionPolicy, RewriteError, SnapshotInfo, Store, StoreError, Usage, retention,
     retention_entries, unix_ns,
 };
-use crate::triggers::{Outcome, TriggerKind};
+use crate::triggers::{Outcome, TriggerKind, WindowRequest};
 use flightrec_perfdata::reader::ReadError;
 
 /// A request, as the dispatcher takes it.
@@ -24,6 +24,7 @@ pub enum Command {
     Dump {
         label: Option<String>,
         compress: bool,
+        window: WindowRequest,
     },
     List,
     Rotate(RotateLimits),
@@ -138,6 +139,7 @@ impl From<DumpFailure> for CommandError {
                 message,
             },
             DumpFailure::Failed(m) => CommandError::Internal(format!("dump failed: {m}")),
+            DumpFailure::OutsideWindow(m) => CommandError::FailedPrecondition(m),
             DumpFailure::ShuttingDown => CommandError::ShuttingDown,
         }
     }
@@ -277,7 +279,11 @@ impl State {
     /// The one dispatcher: every API request ends here.
     pub async fn dispatch(self: &Arc<Self>, command: Command) -> Result<Reply, CommandError> {
         match command {
-            Command::Dump { label, compress } => self.dump_command(label, compress).await,
+            Command::Dump {
+                label,
+                compress,
+                window,
+            } => self.dump_command(label, compress, window).await,
             Command::List => {
                 let store = self.current().store.clone();
                 Ok(Reply::List(blocking(move || Ok(store.list()?)).await?))
@@ -305,17 +311,27 @@ impl State {
         self: &Arc<Self>,
         label: Option<String>,
         compress: bool,
+        window: WindowRequest,
     ) -> Result<Reply, CommandError> {
         if self.is_shutting_down() {
             return Err(CommandError::ShuttingDown);
         }
+        let window = window.resolve(unix_ns(SystemTime::now())).map_err(|e| {
+            CommandError::InvalidArgument {
+                field: e.field,
+                message: e.message,
+            }
+        })?;
         tracing::debug!(
             label = %crate::log_limit::cut(label.as_deref().unwrap_or("")),
             "dump requested over the API"
         );
         // `compress: false` asks for nothing: [snapshot] compression applies.
         let compress = compress.then_some(true);
-        match self.request_dump(TriggerKind::Api, label, compress).await {
+        match self
+            .request_dump(TriggerKind::Api, label, compress, window)
+            .await
+        {
             Ok(Outcome::Done {
                 result: Ok(done),
                 coalesced,

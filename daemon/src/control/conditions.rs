@@ -176,6 +176,12 @@ impl State {
                     None,
                 );
                 t.delay = fired.delay;
+                // The window starts `before` the firing; the end stays
+                // open: post_trigger_delay plays `after`.
+                t.window.start_unix_ns = fired.before.map(|b| {
+                    unix_ns(SystemTime::now())
+                        .saturating_sub(i64::try_from(b.as_nanos()).unwrap_or(i64::MAX))
+                });
                 self.queue_trigger(t);
             }
             Some(why) => tracing::info!(

@@ -5,18 +5,20 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flightrec_config::Compression;
 
 use super::config::retention_of;
+use super::outcome::HeldWindow;
 use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
+use crate::host::ClockReference;
 use crate::perf::sched::NormalPriority;
-use crate::recorder::{Capture, Recorder};
+use crate::recorder::{Capture, Recorder, SampleWindow};
 use crate::snapshot::output::{self, SnapshotError};
 use crate::snapshot::perfdata::WriteOptions;
-use crate::store::StoreError;
-use crate::triggers::DumpSpec;
+use crate::store::{StoreError, unix_ns};
+use crate::triggers::{DumpSpec, WallWindow};
 
 /// Test builds only (the `testing` feature, never the release binary): a
 /// dump with this label hangs the dump thread for good, so a test can see
@@ -28,7 +30,7 @@ pub const HANG_DUMP_LABEL: &str = "testing-hang-dump-thread";
 /// zstd level.
 fn write_capture(
     recorder: &Recorder,
-    capture: Capture,
+    (capture, window): (Capture, HeldWindow),
     capture_time: Duration,
     dir: &Path,
     file_name: &str,
@@ -46,7 +48,88 @@ fn write_capture(
         tracking_records: capture.tracking_record_count,
         capture: capture_time,
         write: written.elapsed,
+        window,
     })
+}
+
+/// Freezes the rings and keeps the part of their past inside `asked`;
+/// fails when none of it is still held.
+fn capture_in(
+    recorder: &Recorder,
+    asked: WallWindow,
+    frozen_at: SystemTime,
+) -> Result<(Capture, HeldWindow), DumpFailure> {
+    let failed = |e| DumpFailure::Failed(format!("capture failed: {e}"));
+    let freeze_unix_ns = unix_ns(frozen_at);
+    if asked.is_open() {
+        let capture = recorder.capture().map_err(failed)?;
+        // Without a window asked for, no clock is read on the way to the
+        // freeze.
+        let start_unix_ns = ClockReference::now()
+            .filter(|_| capture.window_start_ns > 0)
+            .map_or(freeze_unix_ns, |c| {
+                c.unix_ns_of_sample(capture.window_start_ns)
+            });
+        let window = HeldWindow {
+            start_unix_ns,
+            end_unix_ns: freeze_unix_ns,
+            missing: Duration::ZERO,
+        };
+        return Ok((capture, window));
+    }
+    let clock = ClockReference::now()
+        .ok_or_else(|| DumpFailure::Failed("the sample clock cannot be read".into()))?;
+    let window = SampleWindow {
+        start_ns: asked.start_unix_ns.map(|u| clock.sample_ns_of_unix(u)),
+        end_ns: asked.end_unix_ns.map(|u| clock.sample_ns_of_unix(u)),
+    };
+    let capture = recorder.capture_window(window).map_err(failed)?;
+    let held_from =
+        (capture.held_from_ns > 0).then(|| clock.unix_ns_of_sample(capture.held_from_ns));
+    if let (Some(end), Some(held_from)) = (asked.end_unix_ns, held_from)
+        && end < held_from
+    {
+        return Err(DumpFailure::OutsideWindow(format!(
+            "the window asked for ends at {}, before the oldest record the memory rings \
+             still hold ({}): nothing of it is left to dump",
+            rfc3339(end),
+            rfc3339(held_from)
+        )));
+    }
+    let start_unix_ns = match (asked.start_unix_ns, held_from) {
+        (Some(start), Some(held)) => start.max(held),
+        (Some(start), None) => start,
+        (None, held) => held.unwrap_or(freeze_unix_ns),
+    };
+    let missing_ns = match (asked.start_unix_ns, held_from) {
+        (Some(start), Some(held)) => held.saturating_sub(start).max(0),
+        _ => 0,
+    };
+    let held = HeldWindow {
+        start_unix_ns,
+        end_unix_ns: asked.end_unix_ns.unwrap_or(freeze_unix_ns),
+        missing: Duration::from_nanos(missing_ns.unsigned_abs()),
+    };
+    if !held.missing.is_zero() {
+        tracing::warn!(
+            asked_from = %rfc3339(asked.start_unix_ns.unwrap_or_default()),
+            held_from = %rfc3339(start_unix_ns),
+            missing = %humantime::format_duration(held.missing),
+            "the window asked for starts before the oldest record the memory rings still hold; \
+             the snapshot holds what is left"
+        );
+    }
+    Ok((capture, held))
+}
+
+/// A wall-clock time as RFC 3339, to the millisecond.
+fn rfc3339(unix_ns: i64) -> String {
+    let t = if unix_ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(unix_ns.unsigned_abs())
+    } else {
+        UNIX_EPOCH
+    };
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 impl State {
@@ -69,16 +152,14 @@ impl State {
             .unwrap_or(snap.compression == Compression::Zstd)
             .then_some(*snap.level.get_ref());
         let frozen_at = SystemTime::now();
-        let captured = cur.recorder.capture();
+        let captured = capture_in(&cur.recorder, spec.window, frozen_at);
         let capture_time = started.elapsed();
         // The rings are frozen: the rest (naming, writing, compressing,
         // retention) is ordinary work and runs at normal priority.
         let _normal = NormalPriority::enter();
         let captured = match captured {
             Ok(c) => c,
-            Err(e) => {
-                return self.dump_failed(spec, DumpFailure::Failed(format!("capture failed: {e}")));
-            }
+            Err(f) => return self.dump_failed(spec, f),
         };
         let reservation = cur
             .store

@@ -34,11 +34,14 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::recorder::Recorder;
 use crate::store::{RetentionPolicy, SnapshotInfo, Store, StoreError, unix_ns};
+use crate::triggers::window::ResolvedWindow;
 use crate::triggers::{self, Message, Outcome, Timing, Trigger, TriggerKind};
 pub use config::ConfigSource;
 #[cfg(feature = "testing")]
 pub use dump::HANG_DUMP_LABEL;
-pub use outcome::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, Stamped};
+pub use outcome::{
+    DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, HeldWindow, Stamped,
+};
 pub use reload::ReloadError;
 
 /// What a reload may replace, swapped as one.
@@ -190,16 +193,21 @@ impl State {
         kind: TriggerKind,
         label: Option<String>,
         compress: Option<bool>,
+        window: ResolvedWindow,
     ) -> oneshot::Receiver<Outcome<DumpResult>> {
         let (tx, rx) = oneshot::channel();
-        self.queue_trigger(Trigger::now(kind, label, compress, Some(tx)));
+        let mut trigger = Trigger::now(kind, label, compress, Some(tx));
+        trigger.window = window.window;
+        trigger.delay = window.delay;
+        self.queue_trigger(trigger);
         rx
     }
 
     /// Queues `t`; a trigger refused because the dump thread has ended is
     /// answered with [`Outcome::ShuttingDown`].
     fn queue_trigger(&self, t: triggers::DumpRequest<DumpResult>) {
-        if let Err(mpsc::SendError(Message::Trigger(t))) = self.send_to_dumps(Message::Trigger(t))
+        if let Err(mpsc::SendError(Message::Trigger(t))) =
+            self.send_to_dumps(Message::Trigger(Box::new(t)))
             && let Some(w) = t.waiter
         {
             let _ = w.send(Outcome::ShuttingDown);

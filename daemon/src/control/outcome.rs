@@ -16,6 +16,18 @@ pub struct DumpOutput {
     pub tracking_records: u64,
     pub capture: Duration,
     pub write: Duration,
+    pub window: HeldWindow,
+}
+
+/// The window a snapshot holds, in wall-clock time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldWindow {
+    /// ns since the Unix epoch.
+    pub start_unix_ns: i64,
+    pub end_unix_ns: i64,
+    /// How much of the window asked for was older than anything the
+    /// recorder still held.
+    pub missing: Duration,
 }
 
 /// Figures of one dump, for `Status` and the `Dump` reply.
@@ -45,6 +57,9 @@ pub enum DumpFailure {
     InvalidLabel(String),
     #[error("{0}")]
     Failed(String),
+    /// The window asked for lies wholly outside what the recorder holds.
+    #[error("{0}")]
+    OutsideWindow(String),
     #[error("shutting down")]
     ShuttingDown,
 }

@@ -134,7 +134,7 @@ fn on_signal(state: &Arc<State>, runtime: &tokio::runtime::Handle, request: Sign
         SignalRequest::Dump => {
             tracing::debug!("SIGUSR2: dump requested");
             // Nobody waits on a signal's dump; the log and Watch report it.
-            drop(state.request_dump(TriggerKind::Signal, None, None));
+            drop(state.request_dump(TriggerKind::Signal, None, None, Default::default()));
         }
         SignalRequest::Reload => {
             let st = state.clone();

@@ -18,7 +18,7 @@ pub mod upload;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::{Client, ConnectOptions, Event as NatsEvent, Message};
 use flightrec_config::{FleetConfig, check_host, quoted};
@@ -28,7 +28,7 @@ use tokio_stream::StreamExt;
 use crate::control::fleet_status::{FleetReport, FleetStatus};
 use crate::control::{self, State};
 use crate::log_limit::{RateLimitedWarning, cut};
-use crate::store::validate_label;
+use crate::store::{unix_ns, validate_label};
 use crate::triggers::{Outcome, TriggerKind};
 pub use request::{FleetReply, FleetRequest};
 
@@ -203,9 +203,19 @@ impl Served {
             label = r.label.as_deref().unwrap_or(""),
             "fleet: dump requested"
         );
+        let window = match r.window().and_then(|w| {
+            w.resolve(unix_ns(SystemTime::now())).map_err(|e| {
+                // The API's field names, as the request's keys.
+                let key = e.field.trim_end_matches("_unix_ns").trim_end_matches("_ns");
+                format!("{key}: {}", e.message)
+            })
+        }) {
+            Ok(w) => w,
+            Err(e) => return FleetReply::error(&self.host, e),
+        };
         match self
             .state
-            .request_dump(TriggerKind::Fleet, r.label, r.compress)
+            .request_dump(TriggerKind::Fleet, r.label, r.compress, window)
             .await
         {
             Ok(Outcome::Done {
@@ -213,7 +223,7 @@ impl Served {
                 coalesced,
             }) => {
                 self.state.fleet.update(|s| s.dumps += 1);
-                FleetReply::snapshot(&self.host, &done.snapshot, coalesced)
+                FleetReply::snapshot(&self.host, &done.snapshot, done.output.window, coalesced)
             }
             Ok(Outcome::Done { result: Err(f), .. }) => {
                 FleetReply::error(&self.host, f.to_string())

@@ -6,15 +6,20 @@ use std::collections::BTreeMap;
 use flightrec_config::quoted;
 use serde::{Deserialize, Serialize};
 
+use crate::control::HeldWindow;
 use crate::store::SnapshotInfo;
+use crate::triggers::WindowRequest;
 
 /// Largest request accepted: a label and a few selector pairs fit in far
 /// less; anything bigger is refused before parsing.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// `{"label": "...", "select": {"role": "db"}, "compress": false}`; every
-/// key is optional. Unknown keys are ignored, so an older daemon still
-/// answers a newer client.
+/// `{"label": "...", "select": {"role": "db"}, "compress": false,
+/// "at": "2026-11-23T21:04:05.000000000Z", "before": "10s", "after": "2s"}`;
+/// every key is optional. Unknown keys are ignored, so an older daemon
+/// still answers a newer client. `at` is absolute (RFC 3339, UTC) so that
+/// every host cuts the same wall-clock window whenever the request reaches
+/// it; `before` and `after` are durations, as `snapctl dump` takes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -26,6 +31,12 @@ pub struct FleetRequest {
     /// None: `[snapshot] compression` decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compress: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 impl FleetRequest {
@@ -50,7 +61,41 @@ impl FleetRequest {
         if request.label.as_deref() == Some("") {
             return Err("label \"\" is empty: leave it out for no label".into());
         }
+        request.window()?;
         Ok(request)
+    }
+
+    /// The window asked for; the error names the key.
+    pub fn window(&self) -> Result<WindowRequest, String> {
+        let duration = |key: &str, text: &Option<String>| {
+            text.as_deref()
+                .map(|t| {
+                    humantime::parse_duration(t.trim())
+                        .map_err(|e| format!("{key}: {}: {e}", quoted(&crate::log_limit::cut(t))))
+                })
+                .transpose()
+        };
+        let at_unix_ns = self
+            .at
+            .as_deref()
+            .map(|t| {
+                humantime::parse_rfc3339(t.trim())
+                    .ok()
+                    .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "at: {} is not a time in RFC 3339 (UTC, e.g. 2026-11-23T21:04:05Z)",
+                            quoted(&crate::log_limit::cut(t))
+                        )
+                    })
+            })
+            .transpose()?;
+        Ok(WindowRequest {
+            at_unix_ns,
+            before: duration("before", &self.before)?,
+            after: duration("after", &self.after)?,
+        })
     }
 
     /// Whether a host called `host` with `labels` is selected.
@@ -86,6 +131,13 @@ pub enum ReplyOutcome {
         created_unix_ns: i64,
         /// The dump also served other triggers.
         coalesced: bool,
+        /// The window the snapshot holds (as the `Dump` reply says).
+        #[serde(default)]
+        window_start_unix_ns: i64,
+        #[serde(default)]
+        window_end_unix_ns: i64,
+        #[serde(default)]
+        window_missing_ns: u64,
     },
     Error {
         error: String,
@@ -93,7 +145,7 @@ pub enum ReplyOutcome {
 }
 
 impl FleetReply {
-    pub fn snapshot(host: &str, s: &SnapshotInfo, coalesced: bool) -> Self {
+    pub fn snapshot(host: &str, s: &SnapshotInfo, window: HeldWindow, coalesced: bool) -> Self {
         Self {
             host: host.to_string(),
             outcome: ReplyOutcome::Snapshot {
@@ -105,6 +157,9 @@ impl FleetReply {
                 trigger: s.trigger.clone(),
                 created_unix_ns: s.created_unix_ns,
                 coalesced,
+                window_start_unix_ns: window.start_unix_ns,
+                window_end_unix_ns: window.end_unix_ns,
+                window_missing_ns: u64::try_from(window.missing.as_nanos()).unwrap_or(u64::MAX),
             },
         }
     }
@@ -187,6 +242,38 @@ mod tests {
     }
 
     #[test]
+    fn a_window_is_an_absolute_time_and_durations_and_bad_keys_are_named() {
+        let r = FleetRequest::parse(
+            br#"{"at": "2026-11-23T21:04:05.5Z", "before": "10s", "after": "250ms"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.window().unwrap(),
+            WindowRequest {
+                at_unix_ns: Some(1_795_467_845_500_000_000),
+                before: Some(std::time::Duration::from_secs(10)),
+                after: Some(std::time::Duration::from_millis(250)),
+            }
+        );
+        assert!(
+            FleetRequest::parse(b"{}")
+                .unwrap()
+                .window()
+                .unwrap()
+                .is_empty()
+        );
+        for (payload, start) in [
+            (r#"{"at": "-5m"}"#, "at: "),
+            (r#"{"at": "2026-11-23"}"#, "at: "),
+            (r#"{"before": "ten seconds"}"#, "before: "),
+            (r#"{"after": "-1s"}"#, "after: "),
+        ] {
+            let e = FleetRequest::parse(payload.as_bytes()).unwrap_err();
+            assert!(e.starts_with(start), "{e}");
+        }
+    }
+
+    #[test]
     fn a_selector_needs_every_pair() {
         let host = labels(&[("role", "db"), ("zone", "a")]);
         let mut r = FleetRequest::default();
@@ -221,15 +308,28 @@ mod tests {
             seq: 1,
             pending_uploads: Vec::new(),
         };
-        let v: serde_json::Value =
-            serde_json::from_slice(&FleetReply::snapshot("host-a", &s, false).to_json()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(
+            &FleetReply::snapshot(
+                "host-a",
+                &s,
+                HeldWindow {
+                    start_unix_ns: 10,
+                    end_unix_ns: 20,
+                    missing: std::time::Duration::from_nanos(3),
+                },
+                false,
+            )
+            .to_json(),
+        )
+        .unwrap();
         assert_eq!(
             v,
             serde_json::json!({
                 "host": "host-a", "id": "20260101T000000.000Z-h-1-x",
                 "path": "/var/lib/flightrec/snapshots/x.perf.data", "bytes": 4096,
                 "compressed": false, "label": "x", "trigger": "fleet",
-                "created_unix_ns": 17, "coalesced": false
+                "created_unix_ns": 17, "coalesced": false,
+                "window_start_unix_ns": 10, "window_end_unix_ns": 20, "window_missing_ns": 3
             })
         );
         let v: serde_json::Value =

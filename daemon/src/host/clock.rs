@@ -44,6 +44,19 @@ impl ClockReference {
         }
         best.map(|(_, r)| r)
     }
+
+    /// The sample-clock time of a wall-clock time (ns since the epoch),
+    /// 0 for one before the sample clock's start.
+    pub fn sample_ns_of_unix(&self, unix_ns: i64) -> u64 {
+        let sample = i128::from(self.clockid_ns) + i128::from(unix_ns) - i128::from(self.tod_ns);
+        u64::try_from(sample.max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// The wall-clock time (ns since the epoch) of a sample-clock time.
+    pub fn unix_ns_of_sample(&self, sample_ns: u64) -> i64 {
+        let unix = i128::from(self.tod_ns) + i128::from(sample_ns) - i128::from(self.clockid_ns);
+        i64::try_from(unix).unwrap_or(i64::MAX)
+    }
 }
 
 /// The sample clock now, in ns (the time base of every record).
@@ -69,6 +82,25 @@ pub(super) fn sample_clock_resolution_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wall_and_sample_times_convert_both_ways() {
+        let r = ClockReference {
+            clockid: 1,
+            tod_ns: 1_800_000_000_000_000_000,
+            clockid_ns: 5_000_000_000,
+        };
+        assert_eq!(
+            r.sample_ns_of_unix(1_800_000_000_000_000_000 - 1_000),
+            4_999_999_000
+        );
+        assert_eq!(
+            r.unix_ns_of_sample(4_999_999_000),
+            1_800_000_000_000_000_000 - 1_000
+        );
+        // Before the sample clock started.
+        assert_eq!(r.sample_ns_of_unix(1_000), 0);
+    }
 
     #[test]
     fn clock_reference_pairs_the_two_clocks() {

@@ -180,6 +180,20 @@ impl SampleRing {
         }
     }
 
+    /// Copies `dst.len()` bytes of the data area from `offset` (taken
+    /// modulo the data size), wrapping at its end: a few bytes of a live
+    /// ring, which the caller checks against `data_head` re-reads.
+    pub fn read_wrapping(&self, offset: u64, dst: &mut [u8]) -> bool {
+        let size = self.map.data_size();
+        if dst.len() > size {
+            return false;
+        }
+        let start = (offset % size as u64) as usize;
+        let first = dst.len().min(size - start);
+        let (a, b) = dst.split_at_mut(first);
+        self.map.copy_out(start, a) && self.map.copy_out(0, b)
+    }
+
     /// Samples the kernel dropped on this CPU (paused ring), summed over the
     /// events, from `read_format`'s LOST counter.
     pub fn lost(&self) -> Result<u64, PerfError> {

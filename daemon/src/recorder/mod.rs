@@ -6,16 +6,20 @@
 //!   the kernel, then [`Recorder::start`];
 //! - [`lifecycle`]: the [`Recorder`] itself (configure, open, stop);
 //! - [`capture`]: freeze, copy and resume the rings into a [`Capture`];
-//! - [`status`]: its health, as `snapctl status` shows it;
-//! - [`maps_needed`]: which processes' maps a snapshot must carry.
+//! - [`status`]: its health, as `snapctl status` shows it, with how far
+//!   back the rings reach (`reach`, read without freezing them);
+//! - [`maps_needed`]: which processes' maps a snapshot must carry;
+//! - [`window`]: the part of the rings' past a capture keeps.
 
 pub mod capture;
 mod hotplug;
 pub mod lifecycle;
 pub mod maps_needed;
+mod reach;
 mod rings;
 pub mod start;
 pub mod status;
+pub mod window;
 
 use std::time::Duration;
 
@@ -27,6 +31,7 @@ pub use crate::host::HostInfo;
 pub use lifecycle::{CaptureError, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuStatus, RecorderStatus};
+pub use window::SampleWindow;
 
 /// One configured event as the kernel opened it: the attr passed to
 /// `perf_event_open`, the name as the user wrote it, and the kernel id
@@ -97,8 +102,12 @@ pub struct Capture {
     pub tracking_record_count: u64,
     /// Tracking records the kernel dropped since start.
     pub tracking_lost: u64,
-    /// Oldest sample time over all CPUs.
+    /// Where the window starts: the oldest sample time over all CPUs, or
+    /// the start asked for when the rings reach back past it.
     pub window_start_ns: u64,
+    /// The oldest sample time the rings held, before the window was cut
+    /// (0: they held none).
+    pub held_from_ns: u64,
     /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
     pub kernel_text: Option<u64>,
     /// Kernel modules found loaded after start (oldest first): those loaded

@@ -2,9 +2,12 @@
 //! tracking log and process table, build-ids, the drain thread.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::lifecycle::Recorder;
+use super::reach::{RingReach, reach_of};
 use super::rings::lock;
+use crate::host::{ClockReference, sample_clock_ns};
 use crate::tracking::build_id::BuildIdStats;
 use crate::tracking::drain::DrainThread;
 use crate::tracking::log::TrackingLogStatus;
@@ -27,6 +30,14 @@ pub struct CpuStatus {
     pub lost_tracking_records: u64,
     /// Bytes of a tracking ring that were not valid records.
     pub tracking_malformed_bytes: u64,
+    /// The oldest record the memory rings hold now, ns since the Unix
+    /// epoch (0: none), and how long ago that was.
+    pub rings_oldest_unix_ns: i64,
+    pub rings_reach: Duration,
+    /// Records the rings hold now, and how many a second that is over
+    /// the time they span.
+    pub ring_records: u64,
+    pub records_per_second: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,6 +57,17 @@ pub struct RecorderStatus {
 
 impl Recorder {
     pub fn status(&self) -> RecorderStatus {
+        // Before the tracking lock: a dump needs it, and the walks take a
+        // while on large rings.
+        let reaches: Vec<(u32, TimedReach)> = {
+            let rings = self.live.rings();
+            let clock = ClockReference::now();
+            rings
+                .cpus
+                .iter()
+                .map(|r| (r.cpu(), timed(reach_of(r, &rings.layouts), clock)))
+                .collect()
+        };
         let tracking = lock(&self.live.tracking);
         let lost_tracking = tracking.lost_per_cpu();
         let malformed = tracking.malformed_per_cpu();
@@ -66,6 +88,11 @@ impl Recorder {
                 };
                 let find =
                     |v: &[(u32, u64)]| v.iter().find(|(c, _)| *c == cpu).map_or(0, |&(_, n)| n);
+                let reach = reaches
+                    .iter()
+                    .find(|(c, _)| *c == cpu)
+                    .map(|&(_, r)| r)
+                    .unwrap_or_default();
                 CpuStatus {
                     cpu,
                     online: online.contains(&cpu),
@@ -74,6 +101,10 @@ impl Recorder {
                     standby_ring: r.sets.len() > 1,
                     lost_tracking_records: find(&lost_tracking),
                     tracking_malformed_bytes: find(&malformed),
+                    rings_oldest_unix_ns: reach.oldest_unix_ns,
+                    rings_reach: reach.reach,
+                    ring_records: reach.records,
+                    records_per_second: reach.per_second,
                 }
             })
             .collect();
@@ -87,5 +118,34 @@ impl Recorder {
             build_ids: tracking.build_id_stats(),
             tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
+    }
+}
+
+/// A CPU's reach in wall-clock terms.
+#[derive(Debug, Clone, Copy, Default)]
+struct TimedReach {
+    oldest_unix_ns: i64,
+    reach: Duration,
+    records: u64,
+    per_second: u64,
+}
+
+fn timed(r: RingReach, clock: Option<ClockReference>) -> TimedReach {
+    let (Some(oldest), Some(clock)) = (r.oldest_ns, clock) else {
+        return TimedReach {
+            records: r.records,
+            ..TimedReach::default()
+        };
+    };
+    let span = r.newest_ns.unwrap_or(oldest).saturating_sub(oldest);
+    TimedReach {
+        oldest_unix_ns: clock.unix_ns_of_sample(oldest),
+        reach: Duration::from_nanos(sample_clock_ns().unwrap_or(oldest).saturating_sub(oldest)),
+        records: r.records,
+        per_second: r
+            .records
+            .saturating_mul(1_000_000_000)
+            .checked_div(span)
+            .unwrap_or(0),
     }
 }

@@ -24,12 +24,15 @@
 pub mod conditions;
 pub mod gate;
 pub mod signals;
+pub mod window;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+
+pub use window::{WallWindow, WindowRequest};
 
 /// What asked for a dump.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,6 +77,8 @@ pub struct Trigger<W> {
     /// When it happened (the delay counts from here, also for a trigger
     /// that waited in the channel while a dump ran).
     pub at: Instant,
+    /// The part of the past it asks for; open: all the rings hold.
+    pub window: WallWindow,
     pub waiter: Option<W>,
 }
 
@@ -91,6 +96,7 @@ impl<W> Trigger<W> {
             compress,
             delay: None,
             at: Instant::now(),
+            window: WallWindow::default(),
             waiter,
         }
     }
@@ -111,6 +117,8 @@ pub struct DumpSpec {
     pub triggers: usize,
     /// From the first trigger of the batch to the start of the dump.
     pub waited: Duration,
+    /// The window holding every trigger's.
+    pub window: WallWindow,
 }
 
 /// Triggers waiting for one dump.
@@ -121,6 +129,10 @@ pub struct Batch<W> {
     default_delay_from: Option<Instant>,
     /// The earliest due time among triggers with their own delay.
     own_due: Option<Instant>,
+    /// The latest end among triggers asking for a window that ends after
+    /// them: the freeze waits for it, whatever the other delays say.
+    window_due: Option<Instant>,
+    window: WallWindow,
     pub kinds: Vec<TriggerKind>,
     pub label: Option<String>,
     pub compress: Option<bool>,
@@ -134,6 +146,8 @@ impl<W> Batch<W> {
             first_at,
             default_delay_from: None,
             own_due: None,
+            window_due: None,
+            window: WallWindow::default(),
             kinds: Vec::new(),
             label: None,
             compress: None,
@@ -143,6 +157,15 @@ impl<W> Batch<W> {
     }
 
     fn add(&mut self, t: Trigger<W>) {
+        if t.window.end_unix_ns.is_some() {
+            let due = t.at + t.delay.unwrap_or_default();
+            self.window_due = Some(self.window_due.map_or(due, |w| w.max(due)));
+        }
+        self.window = if self.triggers == 0 {
+            t.window
+        } else {
+            self.window.union(t.window)
+        };
         match t.delay {
             Some(d) => {
                 let due = t.at + d;
@@ -172,14 +195,16 @@ impl<W> Batch<W> {
     }
 
     /// When the batch may start, whatever the rate limit says: the earliest
-    /// of its triggers' delays.
+    /// of its triggers' delays, but not before the end of a window asked
+    /// for.
     fn due(&self, default_delay: Duration) -> Instant {
         let default_due = self.default_delay_from.map(|f| f + default_delay);
-        match (default_due, self.own_due) {
+        let due = match (default_due, self.own_due) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,
             (None, None) => self.first_at,
-        }
+        };
+        self.window_due.map_or(due, |w| due.max(w))
     }
 
     pub fn spec(&self, now: Instant) -> DumpSpec {
@@ -195,6 +220,7 @@ impl<W> Batch<W> {
             compress: self.compress,
             triggers: self.triggers,
             waited: now.saturating_duration_since(self.first_at),
+            window: self.window,
         }
     }
 }
@@ -287,7 +313,8 @@ pub type DumpRequest<R> = Trigger<Waiter<R>>;
 /// What the dump thread receives.
 #[derive(Debug)]
 pub enum Message<R> {
-    Trigger(DumpRequest<R>),
+    /// Boxed: a trigger is large next to the other messages.
+    Trigger(Box<DumpRequest<R>>),
     /// New `[snapshot]` timing (a reload).
     Timing(Timing),
     /// Finish the dump under way, serve what was accepted, stop.
@@ -339,7 +366,7 @@ where
             },
         };
         match message {
-            Message::Trigger(t) => sched.trigger(t),
+            Message::Trigger(t) => sched.trigger(*t),
             Message::Timing(t) => sched.set_timing(t),
             Message::Ping(answer) => {
                 let _ = answer.send(());
@@ -352,7 +379,7 @@ where
     // send fails once `rx` is dropped).
     while let Ok(m) = rx.try_recv() {
         if let Message::Trigger(t) = m {
-            sched.trigger(t);
+            sched.trigger(*t);
         }
     }
     drop(rx);
@@ -429,6 +456,53 @@ mod tests {
         assert_eq!(spec.label.as_deref(), Some("x"));
         assert_eq!(spec.triggers, 1);
         assert!(matches!(s.poll(t0), Step::Busy));
+    }
+
+    #[test]
+    fn a_window_that_ends_later_holds_the_batch_until_its_end() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(timing(0, 0));
+        let mut later = t(TriggerKind::Api, None, false, 1);
+        later.delay = Some(200 * MS);
+        later.window = WallWindow {
+            start_unix_ns: Some(100),
+            end_unix_ns: Some(500),
+        };
+        s.trigger(at(t0, later));
+        // An immediate dump joins it and waits too: the window it shares
+        // must be whole.
+        s.trigger(at(t0 + 10 * MS, t(TriggerKind::Signal, None, false, 2)));
+        match s.poll(t0 + 10 * MS) {
+            Step::WaitUntil(at) => assert_eq!(at, t0 + 200 * MS),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        let Step::Start(b) = s.poll(t0 + 200 * MS) else {
+            panic!("should start at the window's end");
+        };
+        // The signal asked for all the rings hold: the union is open at
+        // the start, and ends at the freeze.
+        assert_eq!(b.spec(t0 + 200 * MS).window, WallWindow::default());
+
+        let mut s = Scheduler::new(timing(0, 0));
+        for (i, (start, end)) in [(100, 500), (50, 300)].into_iter().enumerate() {
+            let mut w = t(TriggerKind::Api, None, false, i as u32);
+            w.delay = Some(Duration::ZERO);
+            w.window = WallWindow {
+                start_unix_ns: Some(start),
+                end_unix_ns: Some(end),
+            };
+            s.trigger(at(t0, w));
+        }
+        let Step::Start(b) = s.poll(t0) else {
+            panic!("windows in the past start at once");
+        };
+        assert_eq!(
+            b.spec(t0).window,
+            WallWindow {
+                start_unix_ns: Some(50),
+                end_unix_ns: Some(500)
+            }
+        );
     }
 
     #[test]
@@ -589,7 +663,12 @@ mod tests {
         kind: TriggerKind,
     ) -> (bool, oneshot::Receiver<Outcome<u32>>) {
         let (w, r) = oneshot::channel();
-        let sent = tx.send(Message::Trigger(Trigger::now(kind, None, None, Some(w))));
+        let sent = tx.send(Message::Trigger(Box::new(Trigger::now(
+            kind,
+            None,
+            None,
+            Some(w),
+        ))));
         (sent.is_ok(), r)
     }
 

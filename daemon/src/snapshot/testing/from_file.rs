@@ -63,6 +63,7 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
         tracking_record_count,
         tracking_lost: 0,
         window_start_ns,
+        held_from_ns: window_start_ns,
         kernel_text: None,
         loaded_modules: Vec::new(),
     })

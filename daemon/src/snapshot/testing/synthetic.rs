@@ -87,6 +87,7 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
         tracking_record_count: 2,
         tracking_lost: 0,
         window_start_ns: T0,
+        held_from_ns: T0,
         kernel_text: spec.kernel_text,
         loaded_modules: Vec::new(),
     }

@@ -51,6 +51,9 @@ pub struct Fired {
     pub label: String,
     pub compress: Option<bool>,
     pub delay: Option<Duration>,
+    /// How far before the firing its snapshot reaches; None: as far as
+    /// the rings hold.
+    pub before: Option<Duration>,
 }
 
 /// Why a trigger could not be armed; `index` is its `[[trigger]]`.
@@ -120,6 +123,7 @@ struct Watched {
     label: String,
     compress: Option<bool>,
     delay: Option<Duration>,
+    before: Option<Duration>,
 }
 
 /// The gate rules of `t`: an interval trigger is not rate limited unless
@@ -259,6 +263,7 @@ impl Conditions {
                 label: t.label().to_string(),
                 compress: t.compress,
                 delay: t.post_trigger_delay.as_ref().map(|d| d.get_ref().get()),
+                before: t.before.as_ref().map(|d| d.get_ref().get()),
             });
         }
         Ok(Opened { watched })

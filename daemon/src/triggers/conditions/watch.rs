@@ -265,6 +265,7 @@ fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: String, si
                 label: w.label.clone(),
                 compress: w.compress,
                 delay: w.delay,
+                before: w.before,
             });
         }
     }
