@@ -134,9 +134,10 @@ pub(crate) fn parse_cpu_list(text: &str) -> Option<u32> {
 }
 
 /// `_text` from /proc/kallsyms (`ffffffff81000000 T _text`); `None` when
-/// absent or hidden (kptr_restrict shows zeros).
-pub fn parse_kallsyms_text(kallsyms: &str) -> Option<u64> {
-    kallsyms.lines().find_map(|line| {
+/// absent or hidden (kptr_restrict shows zeros). Read a line at a time up
+/// to `_text`, one of the first: the whole file is megabytes.
+pub fn kallsyms_text(kallsyms: impl std::io::BufRead) -> Option<u64> {
+    kallsyms.lines().map_while(Result::ok).find_map(|line| {
         let mut f = line.split_whitespace();
         let addr = f.next()?;
         let _kind = f.next()?;
@@ -164,8 +165,8 @@ mod tests {
     #[test]
     fn kallsyms_text_is_found_and_zero_means_hidden() {
         let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
-        assert_eq!(parse_kallsyms_text(k), Some(0xffff_ffff_8100_0000));
-        assert_eq!(parse_kallsyms_text("0000000000000000 T _text\n"), None);
-        assert_eq!(parse_kallsyms_text("ffffffff81000000 T _stext\n"), None);
+        assert_eq!(kallsyms_text(k.as_bytes()), Some(0xffff_ffff_8100_0000));
+        assert_eq!(kallsyms_text(&b"0000000000000000 T _text\n"[..]), None);
+        assert_eq!(kallsyms_text(&b"ffffffff81000000 T _stext\n"[..]), None);
     }
 }

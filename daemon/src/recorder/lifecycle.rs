@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
-use crate::host::{HostInfo, HostInfoError, parse_kallsyms_text};
+use crate::host::{HostInfo, HostInfoError, kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
 use crate::perf::tracking_ring::TrackingRing;
@@ -162,9 +162,9 @@ impl Recorder {
         });
         let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
             .map_err(CaptureError::DrainThread)?;
-        let kernel_text = std::fs::read_to_string("/proc/kallsyms")
+        let kernel_text = std::fs::File::open("/proc/kallsyms")
             .ok()
-            .and_then(|k| parse_kallsyms_text(&k));
+            .and_then(|k| kallsyms_text(std::io::BufReader::new(k)));
         // Taken before /proc/modules is read: a module loaded after that
         // read gets a record dated no later than its load.
         let modules_read_ns = crate::host::sample_clock_ns().unwrap_or(0);
