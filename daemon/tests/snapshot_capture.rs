@@ -323,11 +323,14 @@ fn a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots() {
         host: Some(host),
     };
     // The first window reaches back before the load: the record is among
-    // its tracking records. The next starts after it: the map is
-    // synthesized at the window's start.
+    // its tracking records. So does the second (it reaches back through
+    // the ring the first froze). The third reaches back only to the first
+    // capture, after the load: the map is synthesized at its start.
     let first = recorder.capture().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let second = recorder.capture().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let third = recorder.capture().unwrap();
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
     assert!(
@@ -335,10 +338,14 @@ fn a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots() {
         "first window starts too late"
     );
     assert!(
-        second.window_start_ns > loaded_ns,
-        "second window starts too early"
+        third.window_start_ns > loaded_ns,
+        "third window starts too early"
     );
-    for (capture, name) in [(&first, "first.perf.data"), (&second, "second.perf.data")] {
+    for (capture, name) in [
+        (&first, "first.perf.data"),
+        (&second, "second.perf.data"),
+        (&third, "third.perf.data"),
+    ] {
         let written = write_snapshot(capture, &opts, dir.path(), name).unwrap();
         let mmaps = kernel_mmaps(&written.path);
         assert_eq!(
