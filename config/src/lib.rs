@@ -29,7 +29,8 @@ pub use load::{ConfigError, LoadedConfig};
 pub use message::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, line_column, quoted, truncated};
 pub use schema::{
     BuffersConfig, Compression, Config, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, DEFAULT_SOCKET_GROUP,
-    DaemonConfig, EventConfig, RetentionConfig, SnapshotConfig, TrackingConfig, default_events,
+    DaemonConfig, EventConfig, HistoryConfig, RetentionConfig, SnapshotConfig, TrackingConfig,
+    default_events,
 };
 pub use trigger::{
     DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, PsiResource, PsiSpec, TriggerConfig,
@@ -37,7 +38,8 @@ pub use trigger::{
 };
 pub use units::{ByteSize, HumanDuration};
 pub use validate::{
-    MAX_EXITED_THREADS_LIMIT, MAX_MAPS_PER_PROCESS_LIMIT, MAX_RING_BYTES, MAX_TRACKING_LOG_BYTES,
+    MAX_EXITED_THREADS_LIMIT, MAX_HISTORY_AGE_SECS, MAX_MAPS_PER_PROCESS_LIMIT, MAX_RING_BYTES,
+    MAX_TRACKING_LOG_BYTES, MIN_HISTORY_BYTES,
 };
 
 /// What the tests of every module share: parsing as from a file, and

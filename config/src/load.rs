@@ -84,6 +84,12 @@ impl LoadedConfig {
                 ));
             }
         }
+        if let Err(why) = check_path(&loaded.config.history.dir) {
+            return Err(loaded.error_at(
+                loaded.key_span("history", "dir"),
+                format!("history.dir {why}"),
+            ));
+        }
         Ok(loaded)
     }
 

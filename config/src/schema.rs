@@ -26,6 +26,8 @@ pub struct Config {
     pub snapshot: SnapshotConfig,
     pub retention: RetentionConfig,
     pub tracking: TrackingConfig,
+    /// `[history]`: the look-back kept on disk (off by default).
+    pub history: HistoryConfig,
     /// `[[event]]` tables; a file that has none records the default events.
     #[serde(rename = "event")]
     pub events: Vec<Spanned<EventConfig>>,
@@ -163,6 +165,35 @@ impl Default for TrackingConfig {
     }
 }
 
+/// `[history]`: every CPU's records streamed to disk, compressed, in
+/// segments dropped by age and by bytes, so a dump can reach back minutes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    pub enabled: bool,
+    /// How far back the history reaches; older segments are dropped.
+    pub max_age: Spanned<HumanDuration>,
+    /// The disk budget the history never exceeds; the oldest segments go
+    /// first.
+    pub max_bytes: Spanned<ByteSize>,
+    /// Where the segments live (created like `daemon.output_dir`).
+    pub dir: PathBuf,
+    /// zstd level of the segments, 1..=22.
+    pub level: Spanned<i32>,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_age: unspanned(HumanDuration::secs(600)),
+            max_bytes: unspanned(ByteSize::gib(1)),
+            dir: "/var/lib/flightrec/history".into(),
+            level: unspanned(1),
+        }
+    }
+}
+
 /// A value that came from a default, not from a file: it has no position.
 fn unspanned<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
@@ -220,6 +251,7 @@ impl Default for Config {
             snapshot: SnapshotConfig::default(),
             retention: RetentionConfig::default(),
             tracking: TrackingConfig::default(),
+            history: HistoryConfig::default(),
             events: default_events(),
             triggers: Vec::new(),
             fleet: None,

@@ -9,7 +9,7 @@ use toml::Spanned;
 use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
 use crate::schema::{
-    BuffersConfig, Config, DaemonConfig, EventConfig, SnapshotConfig, TrackingConfig,
+    BuffersConfig, Config, DaemonConfig, EventConfig, HistoryConfig, SnapshotConfig, TrackingConfig,
 };
 use crate::units::ByteSize;
 
@@ -77,6 +77,49 @@ impl TrackingConfig {
     }
 }
 
+/// Smallest `history.max_bytes`: a few segments of a few hundred KiB.
+pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
+/// Longest `history.max_age`.
+pub const MAX_HISTORY_AGE_SECS: u64 = 7 * 86400;
+
+impl HistoryConfig {
+    pub(crate) fn validate(&self) -> Result<(), (Range<usize>, String)> {
+        let age = &self.max_age;
+        let secs = age.get_ref().get().as_secs_f64();
+        if !(10.0..=MAX_HISTORY_AGE_SECS as f64).contains(&secs) {
+            return Err((
+                age.span(),
+                format!(
+                    "history.max_age = {} is out of range: 10s to 7days",
+                    age.get_ref()
+                ),
+            ));
+        }
+        let bytes = &self.max_bytes;
+        if bytes.get_ref().bytes() < MIN_HISTORY_BYTES {
+            return Err((
+                bytes.span(),
+                format!(
+                    "history.max_bytes = {} is too small: at least {}",
+                    bytes.get_ref(),
+                    ByteSize(MIN_HISTORY_BYTES)
+                ),
+            ));
+        }
+        let level = &self.level;
+        if !(1..=22).contains(level.get_ref()) {
+            return Err((
+                level.span(),
+                format!(
+                    "history.level = {} is out of range: zstd levels are 1 to 22",
+                    level.get_ref()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// More checkpoints than this cost memory and save a dump nothing.
 const MAX_CHECKPOINTS_LIMIT: u64 = 4096;
 
@@ -89,6 +132,7 @@ impl Config {
         // The checkpoint interval is bounded by the tracking log's size.
         self.tracking
             .validate(self.buffers.tracking_log.get_ref().bytes())?;
+        self.history.validate()?;
         validate_events(&self.events)?;
         crate::trigger::validate_triggers(&self.triggers)?;
         if let Some(fleet) = &self.fleet {
@@ -448,5 +492,34 @@ mod tests {
         );
         let long = format!("[daemon]\noutput_dir = \"/{}\"\n", "d".repeat(5000));
         rejected_at(&long, 2, 14, "5001 bytes long, at most 4095");
+    }
+
+    #[test]
+    fn history_keys_are_checked_at_their_position() {
+        let on =
+            parse("[history]\nenabled = true\nmax_age = \"2min\"\nmax_bytes = \"8MiB\"\n").unwrap();
+        assert!(on.history.enabled);
+        assert_eq!(on.history.max_age.get_ref().get().as_secs(), 120);
+        assert_eq!(on.history.max_bytes.get_ref().bytes(), 8 << 20);
+        rejected_at(
+            "[history]\nmax_age = \"5s\"\n",
+            2,
+            11,
+            "history.max_age = 5s is out of range: 10s to 7days",
+        );
+        rejected_at(
+            "[history]\nmax_bytes = \"64KiB\"\n",
+            2,
+            13,
+            "history.max_bytes = 64KiB is too small: at least 1MiB",
+        );
+        rejected_at("[history]\nlevel = 23\n", 2, 9, "history.level = 23");
+        rejected_at("[history]\ndir = \"\"\n", 2, 7, "history.dir is empty");
+        rejected_at(
+            "[history]\nmax_days = 3\n",
+            2,
+            1,
+            "unknown field `max_days`",
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! machine: host facts, clock, modules, tracefs formats) → [`tracking`] (tracking drain,
 //! tracking log, process table) → [`recorder`] (the live rings and the
 //! capture) → [`snapshot`] (the perf.data writer and output file) →
-//! [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
+//! [`history`] (the look-back kept on disk) → [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
 //! the signal thread) → [`control`] (state and the one dispatcher) →
 //! [`api`] (gRPC) → [`daemon`] (start-up and shutdown). [`abi`] holds the
 //! kernel's perf ABI as plain data, shared by all of them, and
@@ -19,6 +19,7 @@ pub mod api;
 pub mod control;
 pub mod daemon;
 pub mod fleet;
+pub mod history;
 pub mod host;
 pub mod log_limit;
 pub mod perf;

@@ -532,6 +532,7 @@ fn schema_keys() -> Vec<(&'static str, Vec<String>)> {
         ("[[event]]", probe("[[event]]\nzz_probe = 1\n")),
         ("[snapshot]", probe("[snapshot]\nzz_probe = 1\n")),
         ("[retention]", probe("[retention]\nzz_probe = 1\n")),
+        ("[history]", probe("[history]\nzz_probe = 1\n")),
         (
             "[fleet]",
             probe("[fleet]\nzz_probe = 1\n")

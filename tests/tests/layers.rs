@@ -40,6 +40,7 @@ fn daemon_folders_only_look_back() {
             &["tracking"],
             &["recorder"],
             &["snapshot"],
+            &["history"],
             &["store"],
             &["triggers"],
             &["control"],

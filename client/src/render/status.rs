@@ -39,6 +39,18 @@ fn status_json(
         "dumps": r.dumps,
         "triggers": triggers_json(r),
         "fleet": fleet_status_json(r.fleet.as_ref()),
+        "history": r.history.as_ref().map(history_json),
+    })
+}
+
+fn history_json(h: &pb::HistoryStatus) -> Value {
+    json!({
+        "dir": h.dir, "bytes": h.bytes, "max_bytes": h.max_bytes,
+        "max_age_ns": h.max_age_ns, "segments": h.segments,
+        "oldest_unix_ns": h.oldest_unix_ns, "newest_unix_ns": h.newest_unix_ns,
+        "raw_bytes": h.raw_bytes, "stored_bytes": h.stored_bytes, "lost": h.lost,
+        "tracking_dropped": h.tracking_dropped,
+        "failure": (!h.failure.is_empty()).then_some(&h.failure),
     })
 }
 
@@ -56,6 +68,8 @@ fn cpu_json(c: &pb::CpuStatus) -> Value {
         "lost_tracking": c.lost_tracking, "rings_oldest_unix_ns": c.rings_oldest_unix_ns,
         "rings_reach_ns": c.rings_reach_ns, "ring_records": c.ring_records,
         "records_per_second": c.records_per_second,
+        "history_oldest_unix_ns": c.history_oldest_unix_ns,
+        "history_reach_ns": c.history_reach_ns, "history_lost": c.history_lost,
     })
 }
 
@@ -101,7 +115,8 @@ fn status_text(
 ) -> String {
     let mut out = daemon_lines(r);
     out.extend(r.events.iter().map(event_line));
-    out.extend(cpu_lines(&r.cpus));
+    out.extend(cpu_lines(&r.cpus, r.history.is_some()));
+    out.extend(r.history.as_ref().map(history_line));
     out.extend(tracking_lines(tracking));
     out.push(store_line(store));
     out.push(dumps_line(r.dumps, r.last_dump.as_ref()));
@@ -150,29 +165,37 @@ fn event_line(e: &pb::EventStatus) -> String {
 
 /// How far back each CPU's rings reach, the rate, the loss counters, and
 /// which CPUs are offline (unless all are: then the counters say enough).
-fn cpu_lines(cpus: &[pb::CpuStatus]) -> Vec<String> {
+fn cpu_lines(cpus: &[pb::CpuStatus], history: bool) -> Vec<String> {
     let rows: Vec<Vec<String>> = cpus
         .iter()
         .map(|c| {
-            vec![
+            let mut row = vec![
                 c.cpu.to_string(),
-                reach_cell(c),
+                reach_cell(c.rings_oldest_unix_ns, c.rings_reach_ns),
+            ];
+            if history {
+                row.push(reach_cell(c.history_oldest_unix_ns, c.history_reach_ns));
+            }
+            row.extend([
                 format!("{}/s", c.records_per_second),
                 c.lost_samples.to_string(),
                 c.lost_tracking.to_string(),
-            ]
+            ]);
+            if history {
+                row.push(c.history_lost.to_string());
+            }
+            row
         })
         .collect();
-    let mut out = vec![table(
-        &[
-            "CPU",
-            "RINGS REACH",
-            "RECORDS",
-            "LOST SAMPLES",
-            "LOST TRACKING",
-        ],
-        &rows,
-    )];
+    let mut head = vec!["CPU", "RINGS REACH"];
+    if history {
+        head.push("HISTORY REACH");
+    }
+    head.extend(["RECORDS", "LOST SAMPLES", "LOST TRACKING"]);
+    if history {
+        head.push("LOST STREAMING");
+    }
+    let mut out = vec![table(&head, &rows)];
     let offline: Vec<String> = cpus
         .iter()
         .filter(|c| !c.online)
@@ -187,12 +210,41 @@ fn cpu_lines(cpus: &[pb::CpuStatus]) -> Vec<String> {
     out
 }
 
-/// "2.9s" back (to the tenth of a second), "-" when the rings hold nothing.
-fn reach_cell(c: &pb::CpuStatus) -> String {
-    if c.rings_oldest_unix_ns == 0 {
+/// The history's use of its budget, how far back it reaches, and why it
+/// is stopped if it is.
+fn history_line(h: &pb::HistoryStatus) -> String {
+    let mut line = format!(
+        "history: {} of {} in {} segments ({}), up to {} back",
+        human_bytes(h.bytes),
+        human_bytes(h.max_bytes),
+        h.segments,
+        h.dir,
+        humantime::format_duration(std::time::Duration::from_secs(h.max_age_ns / 1_000_000_000)),
+    );
+    if h.raw_bytes > 0 {
+        line.push_str(&format!(
+            ", {:.1}x compressed",
+            h.raw_bytes as f64 / h.stored_bytes.max(1) as f64
+        ));
+    }
+    if h.lost > 0 || h.tracking_dropped > 0 {
+        line.push_str(&format!(
+            ", {} samples lost streaming, {} tracking records dropped",
+            h.lost, h.tracking_dropped
+        ));
+    }
+    if !h.failure.is_empty() {
+        line.push_str(&format!("\nhistory STOPPED: {}", h.failure));
+    }
+    line
+}
+
+/// "2.9s" back (to the tenth of a second), "-" when nothing is held.
+fn reach_cell(oldest_unix_ns: i64, reach_ns: u64) -> String {
+    if oldest_unix_ns == 0 {
         return "-".into();
     }
-    let tenths = (c.rings_reach_ns + 50_000_000) / 100_000_000;
+    let tenths = (reach_ns + 50_000_000) / 100_000_000;
     if tenths < 600 {
         format!("{}.{}s", tenths / 10, tenths % 10)
     } else {
@@ -361,13 +413,13 @@ mod tests {
             online,
             ..Default::default()
         };
-        let some = cpu_lines(&[cpu(0, true), cpu(1, false), cpu(2, false)]);
+        let some = cpu_lines(&[cpu(0, true), cpu(1, false), cpu(2, false)], false);
         assert_eq!(
             some[1],
             "offline (rings kept until they come back): CPU 1, 2"
         );
-        assert_eq!(cpu_lines(&[cpu(0, false), cpu(1, false)]).len(), 1);
-        assert_eq!(cpu_lines(&[cpu(0, true)]).len(), 1);
+        assert_eq!(cpu_lines(&[cpu(0, false), cpu(1, false)], false).len(), 1);
+        assert_eq!(cpu_lines(&[cpu(0, true)], false).len(), 1);
     }
 
     #[test]
@@ -377,11 +429,42 @@ mod tests {
             rings_reach_ns: ns,
             ..Default::default()
         };
-        assert_eq!(reach_cell(&pb::CpuStatus::default()), "-");
-        assert_eq!(reach_cell(&reach(2_940_000_000)), "2.9s");
-        assert_eq!(reach_cell(&reach(598_000_000_000)), "9m 58s");
-        let lines = cpu_lines(&[reach(2_940_000_000)]);
+        assert_eq!(reach_cell(0, 0), "-");
+        assert_eq!(reach_cell(1, 2_940_000_000), "2.9s");
+        assert_eq!(reach_cell(1, 598_000_000_000), "9m 58s");
+        let lines = cpu_lines(&[reach(2_940_000_000)], false);
         assert!(lines[0].contains("RINGS REACH"), "{}", lines[0]);
         assert!(lines[0].contains("2.9s"), "{}", lines[0]);
+        assert!(!lines[0].contains("HISTORY"), "{}", lines[0]);
+        let with_history = pb::CpuStatus {
+            history_oldest_unix_ns: 1,
+            history_reach_ns: 598_000_000_000,
+            history_lost: 7,
+            ..reach(2_940_000_000)
+        };
+        let lines = cpu_lines(&[with_history], true);
+        assert!(lines[0].contains("HISTORY REACH"), "{}", lines[0]);
+        assert!(lines[0].contains("9m 58s"), "{}", lines[0]);
+        assert!(lines[0].contains("LOST STREAMING"), "{}", lines[0]);
+    }
+
+    #[test]
+    fn the_history_line_says_its_budget_reach_and_failure() {
+        let h = pb::HistoryStatus {
+            dir: "/var/lib/flightrec/history".into(),
+            bytes: 5 << 20,
+            max_bytes: 1 << 30,
+            max_age_ns: 600_000_000_000,
+            segments: 3,
+            raw_bytes: 40,
+            stored_bytes: 10,
+            failure: "disk full".into(),
+            ..Default::default()
+        };
+        let line = history_line(&h);
+        assert!(line.contains("3 segments"), "{line}");
+        assert!(line.contains("up to 10m back"), "{line}");
+        assert!(line.contains("4.0x compressed"), "{line}");
+        assert!(line.contains("history STOPPED: disk full"), "{line}");
     }
 }

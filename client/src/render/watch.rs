@@ -61,6 +61,10 @@ fn watch_event_json(e: &pb::WatchEvent) -> Value {
             v["destination"] = json!(f.destination);
             v["error"] = json!(f.error);
         }
+        Some(Kind::HistoryStopped(h)) => {
+            v["event"] = json!("history_stopped");
+            v["reason"] = json!(h.reason);
+        }
         None => v["event"] = json!("unknown"),
     }
     v
@@ -94,6 +98,7 @@ fn watch_event_text(e: &pb::WatchEvent) -> String {
             "{when} upload of {} to {} failed: {}",
             f.id, f.destination, f.error
         ),
+        Some(Kind::HistoryStopped(h)) => format!("{when} history stopped: {}", h.reason),
         None => format!("{when} (unknown event)"),
     }
 }

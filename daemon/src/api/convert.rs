@@ -115,6 +115,13 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 rings_reach_ns: nanos(c.rings_reach),
                 ring_records: c.ring_records,
                 records_per_second: c.records_per_second,
+                history_oldest_unix_ns: s.history.as_ref().map_or(0, |h| h.oldest_unix_ns),
+                history_reach_ns: s.history.as_ref().map_or(0, |h| nanos(h.reach)),
+                history_lost: s
+                    .history
+                    .as_ref()
+                    .and_then(|h| h.status.lost_per_cpu.get(&c.cpu).copied())
+                    .unwrap_or(0),
             })
             .collect(),
         tracking: Some(pb::TrackingStatus {
@@ -177,6 +184,20 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             last_upload_unix_ns: f.last_upload_unix_ns,
             bucket: f.bucket,
         }),
+        history: s.history.map(|h| pb::HistoryStatus {
+            dir: h.status.dir.display().to_string(),
+            bytes: h.status.bytes,
+            max_bytes: h.status.max_bytes,
+            max_age_ns: nanos(h.status.max_age),
+            segments: h.status.segments,
+            oldest_unix_ns: h.oldest_unix_ns,
+            newest_unix_ns: h.newest_unix_ns,
+            raw_bytes: h.status.raw_bytes,
+            stored_bytes: h.status.stored_bytes,
+            lost: h.status.lost_per_cpu.values().sum(),
+            tracking_dropped: h.status.tracking_dropped,
+            failure: h.status.failure.unwrap_or_default(),
+        }),
     }
 }
 
@@ -220,6 +241,7 @@ pub fn watch_event_pb(stamped: Stamped) -> pb::WatchEvent {
             destination,
             error,
         }),
+        Event::HistoryStopped { reason } => Kind::HistoryStopped(pb::HistoryStopped { reason }),
     };
     pb::WatchEvent {
         unix_ns: stamped.unix_ns,

@@ -63,6 +63,41 @@ pub struct StatusReport {
     pub triggers: Vec<super::conditions::TriggerStatus>,
     /// None without `[fleet]`.
     pub fleet: Option<super::fleet_status::FleetReport>,
+    /// None with `[history]` off.
+    pub history: Option<HistoryReport>,
+}
+
+/// The history's status, its times on the wall clock.
+#[derive(Debug, Clone)]
+pub struct HistoryReport {
+    pub status: crate::history::HistoryStatus,
+    /// The oldest and newest instants held, ns since the Unix epoch (0:
+    /// none), and how long ago the oldest is.
+    pub oldest_unix_ns: i64,
+    pub newest_unix_ns: i64,
+    pub reach: Duration,
+}
+
+impl HistoryReport {
+    fn of(status: crate::history::HistoryStatus) -> Self {
+        let clock = crate::host::ClockReference::now();
+        let unix = |ns: u64| match (&clock, ns) {
+            (Some(c), ns) if ns > 0 => c.unix_ns_of_sample(ns),
+            _ => 0,
+        };
+        let oldest_unix_ns = unix(status.oldest_ns);
+        let now = crate::store::unix_ns(std::time::SystemTime::now());
+        HistoryReport {
+            oldest_unix_ns,
+            newest_unix_ns: unix(status.newest_ns),
+            reach: if oldest_unix_ns > 0 {
+                Duration::from_nanos(now.saturating_sub(oldest_unix_ns).max(0).unsigned_abs())
+            } else {
+                Duration::ZERO
+            },
+            status,
+        }
+    }
 }
 
 /// A command's result.
@@ -409,6 +444,7 @@ impl State {
                 f.uploads_pending = usage.pending_uploads;
                 f
             }),
+            history: self.history_status().map(HistoryReport::of),
             usage,
         })))
     }

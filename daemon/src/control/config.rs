@@ -158,6 +158,17 @@ pub fn check_paths(
     };
     check_creatable(&daemon.output_dir, true).map_err(|why| at("output_dir", why))?;
     check_own_dir(&daemon.output_dir, group).map_err(|why| at("output_dir", why))?;
+    let history = &loaded.config.history;
+    if history.enabled {
+        let at = |why: String| {
+            loaded.error_at(
+                loaded.key_span("history", "dir"),
+                format!("history.dir: {why}"),
+            )
+        };
+        check_creatable(&history.dir, true).map_err(at)?;
+        check_own_dir(&history.dir, group).map_err(at)?;
+    }
     if let Some(dir) = daemon.socket.parent()
         && !dir.as_os_str().is_empty()
     {

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use flightrec_config::Compression;
 
 use super::config::retention_of;
+use super::history::widen_with_history;
 use super::outcome::HeldWindow;
 use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
+use crate::history::History;
 use crate::host::ClockReference;
 use crate::perf::sched::NormalPriority;
 use crate::recorder::{Capture, Recorder, SampleWindow};
@@ -56,6 +58,7 @@ fn write_capture(
 /// fails when none of it is still held.
 fn capture_in(
     recorder: &Recorder,
+    history: Option<&History>,
     asked: WallWindow,
     frozen_at: SystemTime,
 ) -> Result<(Capture, HeldWindow), DumpFailure> {
@@ -84,15 +87,32 @@ fn capture_in(
         end_ns: asked.end_unix_ns.map(|u| clock.sample_ns_of_unix(u)),
     };
     let capture = recorder.capture_window(window).map_err(failed)?;
+    // A window older than the rings reach is cut from the history.
+    let capture = match window.start_ns {
+        Some(start_ns) => widen_with_history(
+            history,
+            capture,
+            start_ns,
+            window
+                .end_ns
+                .unwrap_or_else(|| clock.sample_ns_of_unix(freeze_unix_ns)),
+        ),
+        None => capture,
+    };
     let held_from =
         (capture.held_from_ns > 0).then(|| clock.unix_ns_of_sample(capture.held_from_ns));
     if let (Some(end), Some(held_from)) = (asked.end_unix_ns, held_from)
         && end < held_from
     {
         return Err(DumpFailure::OutsideWindow(format!(
-            "the window asked for ends at {}, before the oldest record the memory rings \
-             still hold ({}): nothing of it is left to dump",
+            "the window asked for ends at {}, before the oldest record the {} still hold ({}): \
+             nothing of it is left to dump",
             rfc3339(end),
+            if history.is_some() {
+                "memory rings and the history"
+            } else {
+                "memory rings"
+            },
             rfc3339(held_from)
         )));
     }
@@ -152,7 +172,7 @@ impl State {
             .unwrap_or(snap.compression == Compression::Zstd)
             .then_some(*snap.level.get_ref());
         let frozen_at = SystemTime::now();
-        let captured = capture_in(&cur.recorder, spec.window, frozen_at);
+        let captured = capture_in(&cur.recorder, self.history(), spec.window, frozen_at);
         let capture_time = started.elapsed();
         // The rings are frozen: the rest (naming, writing, compressing,
         // retention) is ordinary work and runs at normal priority.

@@ -19,6 +19,7 @@ pub mod conditions;
 pub mod config;
 mod dump;
 pub mod fleet_status;
+pub mod history;
 pub mod loss;
 pub mod outcome;
 mod reload;
@@ -73,6 +74,8 @@ pub struct State {
     pub fleet: Arc<fleet_status::FleetStatus>,
     /// `Compress` requests running and waiting.
     compressions: command::CompressQueue,
+    /// The history writer, with `[history]` on (set once at start).
+    history: std::sync::OnceLock<crate::history::History>,
 }
 
 /// The dump queue's receiving end, for [`run_dumps`].
@@ -111,6 +114,7 @@ impl State {
             set_log_level,
             fleet: Arc::default(),
             compressions: command::CompressQueue::default(),
+            history: std::sync::OnceLock::new(),
         });
         (
             state,

@@ -85,6 +85,10 @@ pub enum Event {
         destination: String,
         error: String,
     },
+    /// The history stopped writing (it tries again later).
+    HistoryStopped {
+        reason: String,
+    },
 }
 
 /// A snapshot reached an upload destination.

@@ -50,8 +50,18 @@ impl State {
         let group = resolve_group(&loaded)?;
         check_paths(&loaded, group.as_ref())?;
         let old = self.current();
+        let mut loaded = loaded;
+        let history_changed = old.config.config.history != loaded.config.history;
+        if history_changed {
+            tracing::warn!("[history] changed; it takes effect at the next restart");
+            // The running history and the rings it drains stay as they are.
+            loaded.config.history = old.config.config.history.clone();
+        }
         let (o, n) = (&old.config.config, &loaded.config);
         let mut changes = Vec::new();
+        if history_changed {
+            changes.push("history (at next restart)".to_string());
+        }
         if o.daemon.socket != n.daemon.socket {
             tracing::warn!(
                 "daemon.socket changed to {}; it takes effect at the next restart",

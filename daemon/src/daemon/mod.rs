@@ -46,6 +46,8 @@ pub enum DaemonError {
     StartThread(#[source] tokio::task::JoinError),
     #[error("cannot start the signal thread: {0}")]
     Signals(#[source] std::io::Error),
+    #[error("cannot start the history: {0}")]
+    History(#[source] std::io::Error),
     #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -229,6 +231,7 @@ async fn serve(
     let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
     let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
     state.start_conditions(conditions)?;
+    state.start_history().map_err(DaemonError::History)?;
     let fleet_task = state
         .current()
         .config

@@ -7,6 +7,8 @@
 //!   pause/resume and copy-out.
 //! - [`tracking_ring`]: per-CPU forward rings of the tracking `dummy` event,
 //!   drained by advancing `data_tail` (`forward_ring`).
+//! - [`history_ring`]: per-CPU forward rings of the same events, drained
+//!   to disk by the history writer (`[history]`).
 //! - [`condition_ring`]: per-CPU forward rings of a tracepoint a
 //!   `[[trigger]]` watches.
 //! - [`file_map`]: writable mappings of the snapshot output file.
@@ -23,6 +25,7 @@ pub mod event;
 pub mod file_map;
 mod forward_ring;
 pub mod heap;
+pub mod history_ring;
 mod mapping;
 pub mod sample_ring;
 pub mod sched;

@@ -22,7 +22,7 @@ pub struct SampleRing {
 /// value, id, lost.
 const READ_SIZE: usize = 24;
 
-fn open_event(event: &ResolvedEvent, cpu: u32) -> Result<OwnedFd, PerfError> {
+pub(super) fn open_event(event: &ResolvedEvent, cpu: u32) -> Result<OwnedFd, PerfError> {
     let cpu_arg = i32::try_from(cpu).map_err(|_| PerfError::Open {
         event: event.name.clone(),
         cpu,

@@ -80,6 +80,7 @@ fn follow(live: &Live, epoll: &Epoll) {
 fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
     let tracking = live.opener.tracking(cpu)?;
     let samples = live.opener.samples(cpu)?;
+    let history = live.opener.history(cpu)?;
     let tracking_id = tracking.id();
     // No capture while the rings change.
     let _no_capture = lock(&live.capture_lock);
@@ -97,9 +98,22 @@ fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
         }
     }
     samples.enable()?;
-    live.rings
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .put(samples, tracking_id);
+    {
+        let mut rings = live
+            .rings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rings.put(samples, tracking_id);
+        if let Some(history) = &history {
+            rings.add_sample_ids(history.ids());
+        }
+    }
+    if let Some(history) = history {
+        history.enable()?;
+        let mut rings = lock(&live.history);
+        // In place of the ring of the CPU's earlier life (idle since).
+        rings.retain(|r| r.cpu() != cpu);
+        rings.push(history);
+    }
     Ok(())
 }

@@ -41,6 +41,9 @@ pub struct RecorderConfig {
     /// capture instead of pausing the ring: nothing is lost, for twice the
     /// sample-ring memory.
     pub lossless_freeze: bool,
+    /// With `[history]` on: one more set of the events per CPU, in a
+    /// forward ring of this many bytes that the history writer drains.
+    pub history_ring_bytes_per_cpu: Option<u64>,
 }
 
 impl Default for RecorderConfig {
@@ -53,6 +56,7 @@ impl Default for RecorderConfig {
             tracking_limits: TrackingLimits::default(),
             tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
             lossless_freeze: true,
+            history_ring_bytes_per_cpu: None,
         }
     }
 }
@@ -81,6 +85,13 @@ pub enum CaptureError {
     CpuPanicked { cpu: u32 },
     #[error("gathering host facts: {0}")]
     Host(#[from] HostInfoError),
+}
+
+/// See [`Recorder::history_checkpoint`].
+pub struct HistoryCheckpoint {
+    pub processes: Vec<ProcessState>,
+    pub records: Vec<u8>,
+    pub dropped: u64,
 }
 
 /// Records continuously; [`Recorder::capture`] freezes and copies.
@@ -112,6 +123,10 @@ impl Recorder {
         let page = page_size();
         let sample_pages = data_pages_for(config.ring_bytes_per_cpu, page)?;
         let tracking_pages = data_pages_for(config.tracking_ring_bytes_per_cpu, page)?;
+        let history_pages = config
+            .history_ring_bytes_per_cpu
+            .map(|b| data_pages_for(b, page))
+            .transpose()?;
 
         // Tracking first, so nothing between the /proc scan and the first
         // sample goes unseen.
@@ -139,18 +154,32 @@ impl Recorder {
             sample_pages,
             tracking_pages,
             sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
+            history_pages,
         };
         let cpu_rings = cpus
             .iter()
             .map(|&cpu| opener.samples(cpu))
             .collect::<Result<Vec<_>, PerfError>>()?;
-        let rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
+        let mut history = Vec::new();
+        for &cpu in &cpus {
+            history.extend(opener.history(cpu)?);
+        }
+        let mut rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
+        for ring in &history {
+            rings.add_sample_ids(ring.ids());
+        }
         for ring in &rings.cpus {
+            ring.enable()?;
+        }
+        for ring in &history {
             ring.enable()?;
         }
         let tracking_attr = tracking_rings[0].attr();
         let tracking_id = tracking_rings[0].id();
         let mut tracking = Tracking::new(tracking_rings, log);
+        if !history.is_empty() {
+            tracking.tap_for_history();
+        }
         tracking.drain();
         let tracking = Arc::new(Mutex::new(tracking));
         let live = Arc::new(Live {
@@ -159,6 +188,7 @@ impl Recorder {
             tracking: Arc::clone(&tracking),
             capture_lock: Mutex::new(()),
             online: Mutex::new(cpus),
+            history: Mutex::new(history),
         });
         let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
             .map_err(CaptureError::DrainThread)?;
@@ -232,6 +262,56 @@ impl Recorder {
         );
         lock(&self.live.tracking).watch_modules(watch);
         Ok(())
+    }
+
+    /// Whether this recorder streams to the history (`[history]` on).
+    pub fn records_history(&self) -> bool {
+        self.live.opener.history_pages.is_some()
+    }
+
+    /// Empties every CPU's history ring, handing `f` the CPU and its
+    /// records (oldest first).
+    pub fn drain_history(&self, scratch: &mut Vec<u8>, f: &mut dyn FnMut(u32, &[u8])) {
+        let mut rings = lock(&self.live.history);
+        for ring in rings.iter_mut() {
+            scratch.clear();
+            ring.drain(scratch);
+            f(ring.cpu(), scratch);
+        }
+    }
+
+    /// With the history on: the tracking records appended since the last
+    /// call (the tracking rings drained first), and how many were dropped.
+    pub fn take_tracking_for_history(&self) -> (Vec<u8>, u64) {
+        let mut tracking = lock(&self.live.tracking);
+        tracking.drain();
+        tracking.take_for_history()
+    }
+
+    /// What a history segment starts with: every process at sample time
+    /// `at_ns` (build-ids filled in), and the tracking records the history
+    /// has not taken yet (all older than that state), with how many were
+    /// dropped; the tracking rings are drained first, under one lock, so
+    /// the records after the state are exactly those taken next time.
+    pub fn history_checkpoint(&self, at_ns: u64) -> Result<HistoryCheckpoint, CaptureError> {
+        let mut tracking = lock(&self.live.tracking);
+        tracking.drain();
+        let (records, dropped) = tracking.take_for_history();
+        let window = tracking
+            .log()
+            .window(at_ns)
+            .map_err(CaptureError::TrackingWalk)?;
+        let build_ids = tracking.build_ids();
+        drop(tracking);
+        let mut processes = window.processes;
+        for p in &mut processes {
+            p.maps.fill_build_ids(|m| build_ids.for_map(m));
+        }
+        Ok(HistoryCheckpoint {
+            processes,
+            records,
+            dropped,
+        })
     }
 
     /// Drains the tracking rings now (captures do this themselves).

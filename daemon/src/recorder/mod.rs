@@ -28,7 +28,7 @@ use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use crate::host::HostInfo;
-pub use lifecycle::{CaptureError, Recorder, RecorderConfig};
+pub use lifecycle::{CaptureError, HistoryCheckpoint, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuStatus, RecorderStatus};
 pub use window::SampleWindow;

@@ -98,6 +98,12 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
             .tracking
             .effective_checkpoint_interval(config.buffers.tracking_log.get_ref().bytes()),
         lossless_freeze: config.buffers.lossless_freeze,
+        // As large as a memory ring: the writer drains it every
+        // fraction of a second, long before it fills.
+        history_ring_bytes_per_cpu: config
+            .history
+            .enabled
+            .then(|| config.buffers.per_cpu.get_ref().bytes()),
     }
 }
 

@@ -37,6 +37,30 @@ pub struct Tracking {
     build_ids: Arc<BuildIds>,
     /// Modules loaded after start, polled from the drain (see `modules`).
     modules: Option<ModuleWatch>,
+    /// With `[history]` on: the records appended to the log since the
+    /// history writer last took them.
+    history_tap: Option<HistoryTap>,
+}
+
+/// Records kept for the history writer, bounded: past [`MAX_TAP_BYTES`]
+/// (a writer that stopped taking them) they are counted, not kept.
+#[derive(Default)]
+struct HistoryTap {
+    records: Vec<u8>,
+    dropped: u64,
+}
+
+/// Most bytes of tracking records waiting for the history writer.
+pub const MAX_TAP_BYTES: usize = 32 << 20;
+
+impl HistoryTap {
+    fn push(&mut self, record: &[u8]) {
+        if self.records.len() + record.len() > MAX_TAP_BYTES {
+            self.dropped += 1;
+        } else {
+            self.records.extend_from_slice(record);
+        }
+    }
 }
 
 impl Tracking {
@@ -51,7 +75,27 @@ impl Tracking {
             batch: Vec::new(),
             build_ids: Arc::default(),
             modules: None,
+            history_tap: None,
         }
+    }
+
+    /// Keeps every record appended to the log from now on for
+    /// [`Tracking::take_for_history`].
+    pub fn tap_for_history(&mut self) {
+        self.history_tap.get_or_insert_with(HistoryTap::default);
+    }
+
+    /// The records appended to the log since the last call, oldest first,
+    /// with the build-ids known by now filled in, and how many were dropped
+    /// because nobody took them in time.
+    pub fn take_for_history(&mut self) -> (Vec<u8>, u64) {
+        let Some(tap) = &mut self.history_tap else {
+            return (Vec::new(), 0);
+        };
+        let mut records = std::mem::take(&mut tap.records);
+        let dropped = std::mem::take(&mut tap.dropped);
+        self.build_ids.fill_records(&mut records);
+        (records, dropped)
     }
 
     /// Makes each drain also look for kernel modules loaded since `watch`'s
@@ -171,6 +215,9 @@ impl Tracking {
         self.batch.sort_by_key(|&(time, _, _)| time);
         for &(_, offset, len) in &self.batch {
             self.log.append(&self.scratch[offset..offset + len]);
+            if let Some(tap) = &mut self.history_tap {
+                tap.push(&self.scratch[offset..offset + len]);
+            }
         }
         self.batch.len() + self.poll_modules()
     }
@@ -188,6 +235,9 @@ impl Tracking {
         let n = watch.poll(std::time::Instant::now(), now_ns, &mut self.scratch);
         for (_, record) in records(&self.scratch).map_while(Result::ok) {
             self.log.append(record);
+            if let Some(tap) = &mut self.history_tap {
+                tap.push(record);
+            }
         }
         n
     }
