@@ -31,8 +31,11 @@ use crate::recorder::Recorder;
 use crate::snapshot::perfdata::tracking_event;
 use crate::snapshot::synth;
 
-/// How often the rings are drained.
+/// How often the rings are drained...
 const ROUND: Duration = Duration::from_millis(200);
+/// ...and how soon again after a round that drained this much of a ring.
+const BUSY_ROUND: Duration = Duration::from_millis(20);
+const BUSY_BYTES: usize = 256 << 10;
 /// Pending records are written at least this often...
 const WRITE_EVERY: Duration = Duration::from_secs(1);
 /// ...or once this many bytes wait.
@@ -330,6 +333,8 @@ struct Writer {
     last_write: Instant,
     /// Set while stopped by a failure: when to try again.
     retry_at: Option<Instant>,
+    /// The last round drained [`BUSY_BYTES`] of some ring.
+    busy: bool,
 }
 
 impl Writer {
@@ -344,6 +349,7 @@ impl Writer {
             scratch: Vec::new(),
             last_write: Instant::now(),
             retry_at: None,
+            busy: false,
         }
     }
 
@@ -354,9 +360,10 @@ impl Writer {
                 let wake = if wake.stop || wake.flush_asked > wake.flushed {
                     wake
                 } else {
+                    let round = if self.busy { BUSY_ROUND } else { ROUND };
                     self.shared
                         .woken
-                        .wait_timeout(wake, ROUND)
+                        .wait_timeout(wake, round)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 };
@@ -419,12 +426,15 @@ impl Writer {
         let layouts = &self.layouts;
         let pending = &mut self.pending;
         let mut lost_now: Vec<(u32, u64)> = Vec::new();
+        let mut busy = false;
         recorder.drain_history(&mut self.scratch, &mut |cpu, bytes| {
+            busy |= bytes.len() >= BUSY_BYTES;
             let lost = pending.cpus.entry(cpu).or_default().add(bytes, layouts);
             if lost > 0 {
                 lost_now.push((cpu, lost));
             }
         });
+        self.busy = busy;
         let (tracking, dropped) = recorder.take_tracking_for_history();
         self.pending.tracking.add(&tracking, &self.layouts);
         if !lost_now.is_empty() || dropped > 0 {

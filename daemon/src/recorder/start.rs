@@ -82,6 +82,9 @@ pub fn event_specs(config: &Config) -> Vec<EventSpec> {
         .collect()
 }
 
+/// The smallest history ring per CPU.
+pub const MIN_HISTORY_RING_BYTES: u64 = 4 << 20;
+
 pub fn recorder_config(config: &Config) -> RecorderConfig {
     RecorderConfig {
         events: event_specs(config),
@@ -98,12 +101,18 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
             .tracking
             .effective_checkpoint_interval(config.buffers.tracking_log.get_ref().bytes()),
         lossless_freeze: config.buffers.lossless_freeze,
-        // As large as a memory ring: the writer drains it every
-        // fraction of a second, long before it fills.
-        history_ring_bytes_per_cpu: config
-            .history
-            .enabled
-            .then(|| config.buffers.per_cpu.get_ref().bytes()),
+        // As large as a memory ring, and at least seconds of a busy CPU
+        // (4 MiB: about 3 s under `perf bench sched messaging -g 10`):
+        // the writer drains it every fraction of a second, and has that
+        // long to catch up when the machine keeps it from running.
+        history_ring_bytes_per_cpu: config.history.enabled.then(|| {
+            config
+                .buffers
+                .per_cpu
+                .get_ref()
+                .bytes()
+                .max(MIN_HISTORY_RING_BYTES)
+        }),
     }
 }
 

@@ -1,0 +1,389 @@
+//! End to end: the history tier (`[history]`). Windows minutes old are cut
+//! from the segments on disk with every process named, across a kill -9
+//! of the daemon; the byte budget holds; a full history directory stops
+//! the history, never the ring dumps.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use flightrec_tests::{
+    Daemon, Load, Watcher, copy_executable, flightrecd_to_end, perf_script, require_root,
+    test_config,
+};
+use serde_json::Value;
+
+/// A daemon on the test config (256 KiB rings) with `[history]` on in
+/// `DIR/history`, and `history_extra` added to that section.
+fn daemon_with_history(history_extra: &str) -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("history");
+    let text = test_config(
+        dir.path(),
+        &format!(
+            "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n[history]\n\
+             enabled = true\ndir = \"{}\"\n{history_extra}\n",
+            history.display()
+        ),
+    );
+    Daemon::start_in(dir, &text, &[])
+}
+
+fn history_dir(d: &Daemon) -> PathBuf {
+    PathBuf::from(
+        d.json(&["status"])["history"]["dir"]
+            .as_str()
+            .expect("status names the history dir"),
+    )
+}
+
+/// A load that keeps 256 KiB rings to a few seconds.
+fn busy_load() -> Load {
+    Load::shells(
+        1,
+        "while :; do perf bench sched messaging -g 1 -l 50 >/dev/null 2>&1; done",
+    )
+}
+
+fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns.
+fn realtime_offset_ns() -> i64 {
+    use nix::time::{ClockId, clock_gettime};
+    let ns = |c| {
+        let t = clock_gettime(c).expect("clock_gettime");
+        t.tv_sec() * 1_000_000_000 + t.tv_nsec()
+    };
+    ns(ClockId::CLOCK_REALTIME) - ns(ClockId::CLOCK_MONOTONIC)
+}
+
+/// Whether a sample's thread is named. The kernel gives pid or tid -1 to the
+/// last switch of a task whose pid is already released (`pid_alive()`
+/// false): perf names such a sample ":-1", and so does every reader.
+fn named(pid: i64, comm: &str) -> bool {
+    pid == -1 || comm == ":-1" || (!comm.starts_with(':') && !comm.is_empty())
+}
+
+/// `(cpu, sample time in ns, pid, comm)` of every sample of a snapshot,
+/// and what perf wrote on stderr.
+fn samples(path: &Path) -> (Vec<(u32, i64, i64, String)>, String) {
+    let out = Command::new("perf")
+        .args(["script", "-F", "cpu,time,pid,comm", "--ns", "-i"])
+        .arg(path)
+        .output()
+        .expect("run perf script");
+    assert!(out.status.success(), "perf script failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        // "  comm PID [CPU] SECS.NANOS:" (the comm may hold spaces).
+        let (head, rest) = line.rsplit_once('[').expect("a CPU in brackets");
+        let (cpu, time) = rest.split_once(']').expect("a CPU in brackets");
+        let head = head.trim_end();
+        let (comm, pid) = head.rsplit_once(' ').expect("comm and pid");
+        let time = time.trim().trim_end_matches(':');
+        let (s, ns) = time.split_once('.').expect("seconds.nanoseconds");
+        let parsed = (|| {
+            Some((
+                cpu.trim().parse().ok()?,
+                s.parse::<i64>().ok()? * 1_000_000_000 + ns.parse::<i64>().ok()?,
+                pid.trim().parse().ok()?,
+                comm.trim().to_string(),
+            ))
+        })();
+        rows.push(parsed.unwrap_or_else(|| panic!("a perf script line not understood: {line:?}")));
+    }
+    (rows, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Waits until the history reaches at least `secs` back.
+fn wait_for_history(d: &Daemon, secs: f64) {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs + 30.0);
+    loop {
+        let status = d.json(&["status"]);
+        let reach = status["cpus"][0]["history_reach_ns"].as_u64().unwrap_or(0);
+        if reach as f64 / 1e9 >= secs {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the history reaches {reach} ns back, not {secs} s: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_window_a_minute_old_is_cut_from_the_history_with_every_process_named() {
+    require_root("a_window_a_minute_old_is_cut_from_the_history_with_every_process_named");
+    let d = daemon_with_history("max_age = \"2min\"\nmax_bytes = \"64MiB\"");
+    let _load = busy_load();
+    // A process that runs for 25 s and is gone 50 s before the dump.
+    let bin = d.dir.path().join("fr-hist-gone");
+    copy_executable("/usr/bin/yes", &bin);
+    let mut gone = Command::new(&bin)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn fr-hist-gone");
+    let gone_pid = i64::from(gone.id());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(25) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gone.kill().expect("kill fr-hist-gone");
+    gone.wait().expect("reap fr-hist-gone");
+    let exited = Instant::now();
+    // The scenario's time: 50 s after its exit.
+    while exited.elapsed() < Duration::from_secs(50) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = d.json(&["status"]);
+    for c in status["cpus"].as_array().expect("cpus") {
+        assert!(
+            c["rings_reach_ns"].as_u64().unwrap_or(0) < 60_000_000_000,
+            "the memory rings alone reach back a minute, the test proves nothing: {c}"
+        );
+    }
+
+    let dump = d.json(&["dump", "--at", "-60s", "--before", "10s"]);
+    let (start, end) = (
+        dump["window_start_unix_ns"].as_i64().expect("window start"),
+        dump["window_end_unix_ns"].as_i64().expect("window end"),
+    );
+    assert_eq!(end - start, 10_000_000_000, "{dump}");
+    assert_eq!(dump["window_missing_ns"], 0, "{dump}");
+    let path = PathBuf::from(dump["path"].as_str().expect("path"));
+    let (rows, stderr) = samples(&path);
+    assert!(
+        !stderr.to_lowercase().contains("warning"),
+        "perf script warned: {stderr}"
+    );
+    let offset = realtime_offset_ns();
+    let (first, last) = (start - offset, end - offset);
+    let mut per_cpu: BTreeMap<u32, u64> = BTreeMap::new();
+    for (cpu, t, pid, comm) in &rows {
+        // 1 ms for the two clock readings that relate the clocks.
+        assert!(
+            *t >= first - 1_000_000 && *t <= last + 1_000_000,
+            "a sample at {t} outside [{first}, {last}] (cpu {cpu}, pid {pid} {comm})"
+        );
+        assert!(named(*pid, comm), "pid {pid} has no name: {comm:?}");
+        *per_cpu.entry(*cpu).or_default() += 1;
+    }
+    let cpus = status["cpus"].as_array().expect("cpus").len();
+    assert_eq!(per_cpu.len(), cpus, "samples of every CPU: {per_cpu:?}");
+    let of_gone: Vec<_> = rows.iter().filter(|r| r.2 == gone_pid).collect();
+    assert!(
+        of_gone.len() > 100,
+        "fr-hist-gone (pid {gone_pid}) ran all through the window on a CPU: {} samples",
+        of_gone.len()
+    );
+    assert!(
+        of_gone.iter().all(|r| r.3 == "fr-hist-gone"),
+        "pid {gone_pid} is named {:?}",
+        of_gone.first().map(|r| &r.3)
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_history_written_before_a_kill_9_is_served_after_the_restart() {
+    require_root("the_history_written_before_a_kill_9_is_served_after_the_restart");
+    let mut d = daemon_with_history("max_age = \"2min\"\nmax_bytes = \"64MiB\"");
+    let _load = busy_load();
+    wait_for_history(&d, 8.0);
+    let killed_at = unix_now_ns();
+    d.kill9();
+    d.spawn();
+    // A window that ends 2 s before the kill: the old daemon's records.
+    let ago = (unix_now_ns() - killed_at) / 1_000_000_000 + 3;
+    let dump = d.json(&["dump", "--at", &format!("-{ago}s"), "--before", "4s"]);
+    let path = PathBuf::from(dump["path"].as_str().expect("path"));
+    let (rows, stderr) = samples(&path);
+    assert!(
+        !stderr.to_lowercase().contains("warning"),
+        "perf script warned: {stderr}"
+    );
+    let end = dump["window_end_unix_ns"].as_i64().expect("end");
+    assert!(end < killed_at, "the window ends before the kill: {dump}");
+    let cpus: BTreeSet<u32> = rows.iter().map(|r| r.0).collect();
+    assert!(
+        rows.len() > 200 && cpus.len() >= 2,
+        "{} samples on CPUs {cpus:?} from before the kill",
+        rows.len()
+    );
+    assert!(
+        rows.iter().all(|r| named(r.2, &r.3)),
+        "every pid named after the restart"
+    );
+    // The reader this project trusts the least: the perf report summary.
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "--sort", "comm", "-i"])
+        .arg(&path)
+        .output()
+        .expect("perf report");
+    assert!(report.status.success(), "{report:?}");
+}
+
+/// Bytes of the files in `dir`, and their names.
+fn on_disk(dir: &Path) -> (u64, Vec<String>) {
+    let mut bytes = 0;
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read history dir").flatten() {
+        if let Ok(md) = e.metadata() {
+            bytes += md.len();
+        }
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    (bytes, names)
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_byte_budget_is_never_exceeded_and_the_oldest_segments_go_first() {
+    require_root("the_byte_budget_is_never_exceeded_and_the_oldest_segments_go_first");
+    let budget = 2u64 << 20;
+    let d = daemon_with_history("max_bytes = \"2MiB\"");
+    let dir = history_dir(&d);
+    let _load = busy_load();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // The witness: ten segments created and dropped while measuring.
+    loop {
+        let (bytes, names) = on_disk(&dir);
+        most = most.max(bytes);
+        assert!(bytes <= budget, "{bytes} bytes on disk, over {budget}");
+        seen.extend(names.iter().cloned());
+        let dropped = seen.len() - names.len();
+        if dropped >= 10 {
+            // Those kept are the newest of all seen: names sort by time.
+            let newest: Vec<_> = seen.iter().rev().take(names.len()).rev().cloned().collect();
+            assert_eq!(names, newest, "the oldest go first");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {dropped} segments dropped in 120 s ({most} bytes at most)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        most > budget / 2,
+        "the budget was used: {most} bytes at most"
+    );
+    let status = d.json(&["status"]);
+    assert!(status["history"]["bytes"].as_u64().expect("bytes") <= budget);
+    assert_eq!(status["history"]["failure"], Value::Null, "{status}");
+}
+
+/// A small tmpfs, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(path).expect("mkdir");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0750")])
+            .arg("flightrec-test")
+            .arg(path)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mounting a tmpfs on {}", path.display());
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_full_history_dir_stops_the_history_and_ring_dumps_go_on() {
+    require_root("a_full_history_dir_stops_the_history_and_ring_dumps_go_on");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("history");
+    // Smaller than one segment of an 8 MiB budget (256 KiB).
+    let _fs = Tmpfs::mount(&history, "128k");
+    let text = test_config(
+        dir.path(),
+        &format!(
+            "[history]\nenabled = true\nmax_bytes = \"8MiB\"\ndir = \"{}\"\n",
+            history.display()
+        ),
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    let watch = Watcher::start(&d);
+    let _load = busy_load();
+    let stopped = watch
+        .wait_for("history_stopped", Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no history_stopped event:\n{}", d.log_text()));
+    let reason = stopped["reason"].as_str().expect("reason");
+    assert!(reason.contains("No space left"), "{reason}");
+    let status = d.json(&["status"]);
+    assert!(
+        status["history"]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("No space left")),
+        "{status}"
+    );
+    // Ring dumps go on, and perf reads them.
+    for _ in 0..2 {
+        let dump = d.json(&["dump"]);
+        assert!(dump["records"].as_u64().unwrap_or(0) > 0, "{dump}");
+        let path = PathBuf::from(dump["path"].as_str().expect("path"));
+        assert!(!perf_script(&path, &["-F", "comm"]).is_empty());
+    }
+    let log = d.log_text();
+    assert_eq!(
+        log.matches("the history stops").count(),
+        1,
+        "one log line for the stop:\n{log}"
+    );
+}
+
+#[test]
+fn bad_history_settings_are_refused_at_their_line_and_column() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (section, at, needle) in [
+        (
+            "[history]\nenabled = true\nlevel = 0\n",
+            ":3:9:",
+            "history.level = 0",
+        ),
+        (
+            "[history]\nmax_age = \"1s\"\n",
+            ":2:11:",
+            "history.max_age = 1s",
+        ),
+        (
+            "[history]\nmax_bytes = \"1KiB\"\n",
+            ":2:13:",
+            "history.max_bytes = 1KiB",
+        ),
+    ] {
+        let config = dir.path().join("flightrec.toml");
+        // The section first, so its lines are 1, 2...
+        let text = format!("{section}\n{}", test_config(dir.path(), ""));
+        std::fs::write(&config, &text).expect("write config");
+        let out = flightrecd_to_end("--check-config", &config);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{section}: {stderr}");
+        let want = format!("{}{at}", config.display());
+        assert!(
+            stderr.contains(&want) && stderr.contains(needle),
+            "{section}: expected {want} and {needle:?} in: {stderr}"
+        );
+    }
+}
