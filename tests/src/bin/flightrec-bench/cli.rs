@@ -17,14 +17,18 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory, loss, lookback, fleet; compress-priority, and soak (20
-    /// minutes), only when named).
+    /// memory, loss, lookback, fleet; compress-priority, history (8
+    /// minutes) and soak (20 minutes), only when named).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "overhead,snapshot,trigger,compression,scaling,memory,loss,lookback,fleet"
     )]
     pub only: Vec<String>,
+    /// Minutes of history the history scenario records before it cuts
+    /// windows (default 6, 1 with --quick).
+    #[arg(long, value_name = "N")]
+    pub history_minutes: Option<u64>,
     /// Length of the soak in minutes (default 20, 2 with --quick).
     #[arg(long, value_name = "N")]
     pub soak_minutes: Option<u64>,

@@ -78,6 +78,9 @@ fn main() -> Result<()> {
     if args.wants("soak") {
         sections.push(scenarios::soak(&args)?);
     }
+    if args.wants("history") {
+        sections.push(scenarios::history(&args)?);
+    }
     let report = report::render(&args, &sections);
     println!("{report}");
     if let Some(path) = &args.markdown {

@@ -70,7 +70,15 @@ pub struct Setup {
     /// Join a fleet: `[fleet]` on this loopback NATS port as this host
     /// (flightrec only).
     pub fleet: Option<FleetSetup>,
+    /// Keep the past on disk in a budget of this many bytes: flightrec's
+    /// `[history]` (zstd level 1), perf's ring of files
+    /// (`perf record -a -z --switch-output=SIZE --switch-max-files=N`, no
+    /// `--overwrite`).
+    pub disk_ring: Option<u64>,
 }
+
+/// Files in perf's disk ring (`--switch-max-files`).
+pub const PERF_DISK_RING_FILES: u64 = 8;
 
 #[derive(Debug, Clone, Copy)]
 pub struct FleetSetup {
@@ -90,6 +98,7 @@ impl Setup {
             monotonic: false,
             lossless_freeze: true,
             fleet: None,
+            disk_ring: None,
         }
     }
 }
@@ -166,6 +175,14 @@ impl Recorder {
                     ),
                     None => String::new(),
                 };
+                let history = match setup.disk_ring {
+                    Some(bytes) => format!(
+                        "[history]\nenabled = true\nmax_bytes = {bytes}\nmax_age = \"7days\"\n\
+                         dir = \"{}\"\nlevel = 1\n\n",
+                        dir.path().join("history").display()
+                    ),
+                    None => String::new(),
+                };
                 let fleet = match setup.fleet {
                     Some(f) => format!(
                         "[fleet]\nnats = \"nats://127.0.0.1:{}\"\nhost = \"{}\"\n\n",
@@ -179,7 +196,7 @@ impl Recorder {
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
                          [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
-                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n{fleet}",
+                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n{history}{fleet}",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
@@ -198,8 +215,19 @@ impl Recorder {
             Kind::Perf => {
                 let pages = (setup.ring_bytes_per_cpu / 4096).max(1);
                 let mut cmd = Command::new("perf");
-                cmd.args(["record", "-a", "--overwrite", "--switch-output", "-q"])
-                    .arg("-m")
+                let cmd = match setup.disk_ring {
+                    Some(bytes) => cmd
+                        // perf 6.1 refuses --switch-output with --threads
+                        // ("not available in parallel streaming mode").
+                        .args(["record", "-a", "-z", "-q"])
+                        .arg(format!(
+                            "--switch-output={}K",
+                            bytes / PERF_DISK_RING_FILES / 1024
+                        ))
+                        .arg(format!("--switch-max-files={PERF_DISK_RING_FILES}")),
+                    None => cmd.args(["record", "-a", "--overwrite", "--switch-output", "-q"]),
+                };
+                cmd.arg("-m")
                     .arg(pages.to_string())
                     .args(setup.events.perf_args())
                     .arg("-o")
@@ -236,6 +264,26 @@ impl Recorder {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// `snapctl --json ARGS` (flightrec only), timed.
+    pub fn snapctl_json(&self, args: &[&str]) -> Result<(serde_json::Value, Duration)> {
+        let start = Instant::now();
+        let out = Command::new(&self.snapctl)
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--json")
+            .args(args)
+            .output()
+            .context("running snapctl")?;
+        let elapsed = start.elapsed();
+        if !out.status.success() {
+            bail!(
+                "snapctl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok((serde_json::from_slice(&out.stdout)?, elapsed))
     }
 
     fn snapshots_dir(&self) -> PathBuf {

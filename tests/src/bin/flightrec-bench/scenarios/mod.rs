@@ -4,6 +4,7 @@
 mod compress_priority;
 mod compression;
 mod fleet;
+mod history;
 mod lookback;
 mod loss;
 mod memory;
@@ -23,6 +24,7 @@ use crate::workload::BackgroundLoad;
 pub use compress_priority::compress_priority;
 pub use compression::compression;
 pub use fleet::fleet;
+pub use history::history;
 pub use lookback::lookback;
 pub use loss::loss;
 pub use memory::{dump_vs_log_fill, memory};
