@@ -11,15 +11,20 @@
 //! segments instead (`read`, then [`capture_from_history`]): the same
 //! capture the writer turns into a perf.data file.
 
+mod batch;
+mod disk;
+mod handle;
 pub mod read;
 pub mod retention;
 pub mod segment;
-pub mod writer;
+mod status;
+mod writer;
 
 use std::collections::HashSet;
 
+pub use handle::{History, HistorySources, boot_id};
 pub use read::{HistoryWindow, read_window};
-pub use writer::{History, HistorySettings, HistorySources, HistoryStatus};
+pub use status::{HistorySettings, HistoryStatus};
 
 use crate::abi::layout::RecordLayouts;
 use crate::recorder::{Capture, CpuCapture};

@@ -67,7 +67,8 @@ fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> 
         return Ok(None);
     }
     let mut at = FILE_MAGIC.len() as u64;
-    let (mut first, mut last, mut seen) = (u64::MAX, 0u64, 0usize);
+    let (mut first, mut last) = (u64::MAX, 0u64);
+    let mut checkpoint_ns = None;
     loop {
         let mut head = [0u8; HEADER_LEN];
         if at + HEADER_LEN as u64 > len || file.read_exact_at(&mut head, at).is_err() {
@@ -90,16 +91,19 @@ fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> 
                 return Ok(None);
             }
         }
+        if header.kind == FrameKind::Checkpoint {
+            checkpoint_ns.get_or_insert(header.first_ns);
+        }
         first = first.min(header.first_ns);
         last = last.max(header.last_ns);
-        seen += 1;
         at = end;
     }
-    Ok((seen > 0).then(|| SegmentInfo {
+    Ok(checkpoint_ns.map(|checkpoint_ns| SegmentInfo {
         path: path.to_path_buf(),
         first_ns: first,
         last_ns: last,
         bytes: at,
+        checkpoint_ns,
     }))
 }
 
@@ -152,11 +156,14 @@ pub fn read_window(
     let (Some(&first), Some(&last)) = (overlapping.first(), overlapping.last()) else {
         return Ok(out);
     };
-    // The checkpoint: the newest segment that starts at or before the start.
+    // The checkpoint: the newest one at or before the start.
     let from = (0..=first)
         .rev()
-        .find(|&i| segments[i].first_ns <= start_ns)
+        .find(|&i| segments[i].checkpoint_ns <= start_ns)
         .unwrap_or(first);
+    // Records reach the disk up to a second after their time: the
+    // segment after the last one may still hold some of the window.
+    let last = (last + 1).min(segments.len() - 1);
     for (i, segment) in segments.iter().enumerate().take(last + 1).skip(from) {
         let bytes = match std::fs::read(&segment.path) {
             Ok(b) => b,

@@ -11,6 +11,8 @@ pub struct SegmentInfo {
     pub first_ns: u64,
     pub last_ns: u64,
     pub bytes: u64,
+    /// The instant of the checkpoint the segment starts with.
+    pub checkpoint_ns: u64,
 }
 
 /// How many of `closed` (oldest first) to remove before `incoming` more
@@ -48,6 +50,7 @@ mod tests {
             first_ns,
             last_ns,
             bytes,
+            checkpoint_ns: first_ns,
         }
     }
 

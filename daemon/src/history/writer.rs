@@ -11,22 +11,19 @@
 //! dumps and the store are not affected. It starts again with a new
 //! segment a while later.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flightrec_files::{Access, Existing, NewFile};
 
+use super::batch::{Pending, split};
+use super::disk::remove_segment;
+use super::handle::{HistorySources, Shared, lock};
 use super::retention::{SegmentInfo, segments_to_drop};
-use super::segment::{
-    FILE_MAGIC, FrameKind, MAX_RAW_BYTES, SegmentEvent, SegmentEvents, encode_frame,
-};
+use super::segment::{FILE_MAGIC, FrameKind, SegmentEvent, SegmentEvents, encode_frame};
 use crate::abi::layout::RecordLayouts;
-use crate::abi::record_type;
 use crate::recorder::Recorder;
 use crate::snapshot::perfdata::tracking_event;
 use crate::snapshot::synth;
@@ -43,286 +40,13 @@ const WRITE_AT_BYTES: usize = 1 << 20;
 /// After a failure, the history tries a new segment this much later.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 
-/// `[history]` as the writer applies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistorySettings {
-    pub dir: PathBuf,
-    pub max_age: Duration,
-    pub max_bytes: u64,
-    pub level: i32,
-    /// The group of the segment files (the socket group), as snapshots.
-    pub group: Option<u32>,
-}
-
-impl HistorySettings {
-    /// A segment is closed past this many bytes: a 32nd of the budget, so
-    /// dropping one frees little of the look-back.
-    fn segment_bytes(&self) -> u64 {
-        (self.max_bytes / 32).clamp(64 << 10, 64 << 20)
-    }
-
-    /// ... or past this age: a tenth of `max_age`.
-    fn segment_span(&self) -> Duration {
-        (self.max_age / 10).clamp(Duration::from_secs(1), Duration::from_secs(600))
-    }
-}
-
-/// What `snapctl status` shows of the history.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HistoryStatus {
-    pub dir: PathBuf,
-    pub bytes: u64,
-    pub max_bytes: u64,
-    pub max_age: Duration,
-    pub segments: u32,
-    /// Sample times of the oldest and newest record held (0: none).
-    pub oldest_ns: u64,
-    pub newest_ns: u64,
-    /// Sample records the kernel dropped because the writer fell behind
-    /// (LOST records of the history rings), per CPU.
-    pub lost_per_cpu: BTreeMap<u32, u64>,
-    /// Tracking records that never reached the history.
-    pub tracking_dropped: u64,
-    /// Bytes of records streamed, and of what they took on disk.
-    pub raw_bytes: u64,
-    pub stored_bytes: u64,
-    /// Why the history is stopped, while it is.
-    pub failure: Option<String>,
-}
-
-/// The segments on disk, oldest first (the current one last).
-#[derive(Default)]
-struct Index {
-    closed: Vec<SegmentInfo>,
-    current: Option<SegmentInfo>,
-    status: HistoryStatus,
-}
-
-impl Index {
-    fn all(&self) -> Vec<SegmentInfo> {
-        self.closed.iter().chain(&self.current).cloned().collect()
-    }
-
-    fn refresh(&mut self) {
-        let all = self.all();
-        let s = &mut self.status;
-        s.bytes = all.iter().map(|x| x.bytes).sum();
-        s.segments = all.len() as u32;
-        s.oldest_ns = all
-            .iter()
-            .map(|x| x.first_ns)
-            .filter(|&t| t > 0)
-            .min()
-            .unwrap_or(0);
-        s.newest_ns = all.iter().map(|x| x.last_ns).max().unwrap_or(0);
-    }
-}
-
-#[derive(Default)]
-struct Wake {
-    stop: bool,
-    flush_asked: u64,
-    flushed: u64,
-}
-
-struct Shared {
-    settings: HistorySettings,
-    boot_id: String,
-    index: Mutex<Index>,
-    wake: Mutex<Wake>,
-    woken: Condvar,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The running history: dropping it stops and joins the writer.
-pub struct History {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// Where the writer gets the recorder of the moment (a reload may open a
-/// new one; None once the daemon is going away) and says that it stopped.
-pub struct HistorySources {
-    pub recorder: Box<dyn Fn() -> Option<Arc<Recorder>> + Send>,
-    pub on_failure: Box<dyn Fn(String) + Send>,
-}
-
-/// This boot's id: sample times of another boot mean nothing in this one.
-pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-impl History {
-    /// Creates the directory if needed, indexes the segments already there
-    /// (those of another boot, and empty ones, are removed) and starts the
-    /// writer.
-    pub fn start(settings: HistorySettings, sources: HistorySources) -> io::Result<Self> {
-        create_dir(&settings.dir, settings.group)?;
-        let boot_id = boot_id();
-        let closed = super::read::index_dir(&settings.dir, &boot_id)?;
-        let mut index = Index {
-            closed,
-            current: None,
-            status: HistoryStatus {
-                dir: settings.dir.clone(),
-                max_bytes: settings.max_bytes,
-                max_age: settings.max_age,
-                ..HistoryStatus::default()
-            },
-        };
-        index.refresh();
-        let shared = Arc::new(Shared {
-            settings,
-            boot_id,
-            index: Mutex::new(index),
-            wake: Mutex::new(Wake::default()),
-            woken: Condvar::new(),
-        });
-        let s2 = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("flightrec-history".into())
-            .spawn(move || Writer::new(s2, sources).run())?;
-        Ok(History {
-            shared,
-            thread: Some(thread),
-        })
-    }
-
-    /// Writes everything recorded so far, waiting at most `timeout`.
-    /// Returns whether it was done in time.
-    pub fn flush(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut wake = lock(&self.shared.wake);
-        wake.flush_asked += 1;
-        let asked = wake.flush_asked;
-        self.shared.woken.notify_all();
-        while wake.flushed < asked && !wake.stop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            wake = self
-                .shared
-                .woken
-                .wait_timeout(wake, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        true
-    }
-
-    pub fn status(&self) -> HistoryStatus {
-        lock(&self.shared.index).status.clone()
-    }
-
-    /// The segments on disk now, oldest first.
-    pub fn segments(&self) -> Vec<SegmentInfo> {
-        lock(&self.shared.index).all()
-    }
-
-    pub fn boot_id(&self) -> &str {
-        &self.shared.boot_id
-    }
-}
-
-impl Drop for History {
-    fn drop(&mut self) {
-        lock(&self.shared.wake).stop = true;
-        self.shared.woken.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Creates `dir` (and its parents) 0750 with the group, as the store does
-/// for its own directory.
-fn create_dir(dir: &Path, group: Option<u32>) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    match std::fs::symlink_metadata(dir) {
-        Ok(md) if md.is_dir() => return Ok(()),
-        Ok(_) => {
-            return Err(io::Error::other(format!(
-                "{} exists and is not a directory",
-                dir.display()
-            )));
-        }
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        Err(_) => {}
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o750)
-        .create(dir)?;
-    let d = File::open(dir)?;
-    d.set_permissions(std::fs::Permissions::from_mode(0o750))?;
-    if let Some(gid) = group {
-        std::os::unix::fs::fchown(&d, None, Some(gid))?;
-    }
-    Ok(())
-}
-
-/// Records waiting to be written: per CPU, and the tracking records.
-#[derive(Default)]
-struct Pending {
-    cpus: BTreeMap<u32, Batch>,
-    tracking: Batch,
-}
-
-#[derive(Default)]
-struct Batch {
-    records: Vec<u8>,
-    count: u32,
-    first_ns: u64,
-    last_ns: u64,
-}
-
-impl Batch {
-    /// Appends the whole records of `bytes`; returns the samples its LOST
-    /// records say were dropped.
-    fn add(&mut self, bytes: &[u8], layouts: &RecordLayouts) -> u64 {
-        let mut lost = 0;
-        for (header, record) in crate::ring::records(bytes).map_while(Result::ok) {
-            if header.type_ == record_type::LOST && record.len() >= 24 {
-                lost += crate::abi::get_u64(record, 16);
-            }
-            if let (Some(t), _) = layouts.time_and_cpu(record) {
-                self.first_ns = if self.count == 0 || self.first_ns == 0 {
-                    t
-                } else {
-                    self.first_ns.min(t)
-                };
-                self.last_ns = self.last_ns.max(t);
-            }
-            self.records.extend_from_slice(record);
-            self.count += 1;
-        }
-        lost
-    }
-
-    fn take(&mut self) -> Batch {
-        std::mem::take(self)
-    }
-}
-
-impl Pending {
-    fn bytes(&self) -> usize {
-        self.cpus.values().map(|b| b.records.len()).sum::<usize>() + self.tracking.records.len()
-    }
-}
-
 struct Segment {
     file: File,
     info: SegmentInfo,
     opened: Instant,
 }
 
-struct Writer {
+pub(super) struct Writer {
     shared: Arc<Shared>,
     sources: HistorySources,
     recorder: Option<Arc<Recorder>>,
@@ -335,10 +59,12 @@ struct Writer {
     retry_at: Option<Instant>,
     /// The last round drained [`BUSY_BYTES`] of some ring.
     busy: bool,
+    /// Event ids the recorder had at the last round.
+    ids: usize,
 }
 
 impl Writer {
-    fn new(shared: Arc<Shared>, sources: HistorySources) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, sources: HistorySources) -> Self {
         Writer {
             shared,
             sources,
@@ -350,10 +76,11 @@ impl Writer {
             last_write: Instant::now(),
             retry_at: None,
             busy: false,
+            ids: 0,
         }
     }
 
-    fn run(mut self) {
+    pub(super) fn run(mut self) {
         loop {
             let (stop, flush) = {
                 let wake = lock(&self.shared.wake);
@@ -392,15 +119,27 @@ impl Writer {
             .recorder
             .as_ref()
             .is_some_and(|r| Arc::ptr_eq(r, &recorder));
-        if !same {
+        let ids = recorder.events().iter().map(|e| e.ids.len()).sum::<usize>();
+        if !same || ids != self.ids {
+            // A new recorder (reload), or rings of a CPU that came online:
+            // a segment names the ids its records carry.
             self.recorder = Some(Arc::clone(&recorder));
             self.layouts = layouts_of(&recorder);
+            self.ids = ids;
+            if self.segment.is_some() {
+                self.write_pending();
+            }
             self.end_segment();
         }
         self.drain(&recorder);
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
-            // Stopped: what was drained is lost to the history (counted).
-            self.pending = Pending::default();
+            // Stopped: what was drained is lost to the history, counted.
+            let pending = std::mem::take(&mut self.pending);
+            let mut index = lock(&self.shared.index);
+            for (cpu, batch) in pending.cpus {
+                *index.status.lost_per_cpu.entry(cpu).or_default() += u64::from(batch.count);
+            }
+            index.status.tracking_dropped += u64::from(pending.tracking.count);
             return;
         }
         let due = self.segment.as_ref().is_none_or(|s| {
@@ -593,6 +332,7 @@ impl Writer {
             first_ns: now_ns,
             last_ns: now_ns,
             bytes: (FILE_MAGIC.len() + head.len()) as u64,
+            checkpoint_ns: now_ns,
         };
         let mut index = lock(&self.shared.index);
         index.current = Some(info.clone());
@@ -638,30 +378,6 @@ impl Writer {
     }
 }
 
-/// Splits a batch into frames of at most [`MAX_RAW_BYTES`] (whole records).
-fn split(kind: FrameKind, cpu: u32, batch: Batch) -> Vec<(FrameKind, u32, Batch)> {
-    if batch.records.len() <= MAX_RAW_BYTES {
-        return vec![(kind, cpu, batch)];
-    }
-    let mut out = Vec::new();
-    let mut part = Batch {
-        first_ns: batch.first_ns,
-        last_ns: batch.last_ns,
-        ..Batch::default()
-    };
-    for (_, record) in crate::ring::records(&batch.records).map_while(Result::ok) {
-        if part.records.len() + record.len() > MAX_RAW_BYTES {
-            out.push((kind, cpu, std::mem::take(&mut part)));
-            part.first_ns = batch.first_ns;
-            part.last_ns = batch.last_ns;
-        }
-        part.records.extend_from_slice(record);
-        part.count += 1;
-    }
-    out.push((kind, cpu, part));
-    out
-}
-
 /// Drops the segments [`segments_to_drop`] names before `incoming` bytes
 /// are added to a current segment of `current` bytes.
 fn make_room(shared: &Shared, current: u64, incoming: u64) {
@@ -698,14 +414,6 @@ fn drop_oldest(shared: &Shared) -> bool {
     );
     index.refresh();
     true
-}
-
-fn remove_segment(path: &Path) {
-    if let Err(e) = std::fs::remove_file(path)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        tracing::warn!(segment = %path.display(), "removing a history segment failed: {e}");
-    }
 }
 
 fn layouts_of(recorder: &Recorder) -> RecordLayouts {

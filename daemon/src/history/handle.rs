@@ -1,0 +1,135 @@
+//! The running history as the daemon holds it: start, flush, status, and
+//! the state it shares with its writer thread.
+
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::disk::create_dir;
+use super::retention::SegmentInfo;
+use super::status::{HistorySettings, HistoryStatus, Index};
+use super::writer::Writer;
+use crate::recorder::Recorder;
+
+#[derive(Default)]
+pub(super) struct Wake {
+    pub(super) stop: bool,
+    pub(super) flush_asked: u64,
+    pub(super) flushed: u64,
+}
+
+pub(super) struct Shared {
+    pub(super) settings: HistorySettings,
+    pub(super) boot_id: String,
+    pub(super) index: Mutex<Index>,
+    pub(super) wake: Mutex<Wake>,
+    pub(super) woken: Condvar,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The running history: dropping it stops and joins the writer.
+pub struct History {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Where the writer gets the recorder of the moment (a reload may open a
+/// new one; None once the daemon is going away) and says that it stopped.
+pub struct HistorySources {
+    pub recorder: Box<dyn Fn() -> Option<Arc<Recorder>> + Send>,
+    pub on_failure: Box<dyn Fn(String) + Send>,
+}
+
+/// This boot's id: sample times of another boot mean nothing in this one.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl History {
+    /// Creates the directory if needed, indexes the segments already there
+    /// (those of another boot, and empty ones, are removed) and starts the
+    /// writer.
+    pub fn start(settings: HistorySettings, sources: HistorySources) -> io::Result<Self> {
+        create_dir(&settings.dir, settings.group)?;
+        let boot_id = boot_id();
+        let closed = super::read::index_dir(&settings.dir, &boot_id)?;
+        let mut index = Index {
+            closed,
+            current: None,
+            status: HistoryStatus {
+                dir: settings.dir.clone(),
+                max_bytes: settings.max_bytes,
+                max_age: settings.max_age,
+                ..HistoryStatus::default()
+            },
+        };
+        index.refresh();
+        let shared = Arc::new(Shared {
+            settings,
+            boot_id,
+            index: Mutex::new(index),
+            wake: Mutex::new(Wake::default()),
+            woken: Condvar::new(),
+        });
+        let s2 = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("flightrec-history".into())
+            .spawn(move || Writer::new(s2, sources).run())?;
+        Ok(History {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Writes everything recorded so far, waiting at most `timeout`.
+    /// Returns whether it was done in time.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut wake = lock(&self.shared.wake);
+        wake.flush_asked += 1;
+        let asked = wake.flush_asked;
+        self.shared.woken.notify_all();
+        while wake.flushed < asked && !wake.stop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            wake = self
+                .shared
+                .woken
+                .wait_timeout(wake, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    pub fn status(&self) -> HistoryStatus {
+        lock(&self.shared.index).status.clone()
+    }
+
+    /// The segments on disk now, oldest first.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        lock(&self.shared.index).all()
+    }
+
+    pub fn boot_id(&self) -> &str {
+        &self.shared.boot_id
+    }
+}
+
+impl Drop for History {
+    fn drop(&mut self) {
+        lock(&self.shared.wake).stop = true;
+        self.shared.woken.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
