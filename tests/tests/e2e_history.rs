@@ -387,3 +387,76 @@ fn bad_history_settings_are_refused_at_their_line_and_column() {
         );
     }
 }
+
+/// The LOST records (`PERF_RECORD_LOST`) of a snapshot, and the records
+/// they say were lost.
+fn lost_in(path: &Path) -> (usize, u64) {
+    let dump = perf_script(path, &["-D"]);
+    // "... PERF_RECORD_LOST: id:1853: lost:70878"
+    let lost: Vec<u64> = dump
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_LOST:"))
+        .map(|l| {
+            l.rsplit_once("lost:")
+                .and_then(|(_, n)| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("a LOST record without a count: {l}"))
+        })
+        .collect();
+    (lost.len(), lost.iter().sum())
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn records_lost_while_the_writer_lags_are_counted_and_in_the_window() {
+    require_root("records_lost_while_the_writer_lags_are_counted_and_in_the_window");
+    let d = daemon_with_history("max_bytes = \"256MiB\"");
+    let _load = Load::shells(
+        2,
+        "while :; do perf bench sched messaging -g 2 -l 100 >/dev/null 2>&1; done",
+    );
+    wait_for_history(&d, 1.0);
+    let stopped_at = unix_now_ns();
+    // The whole daemon stops (the writer with it) while the kernel keeps
+    // writing its history rings: once full, it drops records and says so
+    // with a LOST record when the writer drains them again. Stopped a
+    // second longer each time until a loss is seen: the witness.
+    let mut lost = 0;
+    for secs in 2..10 {
+        d.signal("STOP");
+        std::thread::sleep(Duration::from_secs(secs));
+        d.signal("CONT");
+        // The drain after the resume delivers the LOST record.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lost == 0 && Instant::now() < deadline {
+            let status = d.json(&["status"]);
+            lost = status["history"]["lost"].as_u64().unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if lost > 0 {
+            break;
+        }
+    }
+    assert!(lost > 0, "no loss after stopping the writer for 9 s");
+    let status = d.json(&["status"]);
+    let per_cpu: u64 = status["cpus"]
+        .as_array()
+        .expect("cpus")
+        .iter()
+        .map(|c| c["history_lost"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(per_cpu, status["history"]["lost"].as_u64().unwrap_or(0));
+    // A window from before the stop to now holds the LOST records (the
+    // kernel writes one when the drain after the resume frees space).
+    let since = (unix_now_ns() - stopped_at) / 1_000_000_000 + 2;
+    let dump = d.json(&["dump", "--before", &format!("{since}s")]);
+    let (records, samples) = lost_in(Path::new(dump["path"].as_str().expect("path")));
+    assert!(records > 0, "no LOST record in the window: {dump}");
+    // The tracking rings, stopped as long, may have lost records too.
+    let status = d.json(&["status"]);
+    let tracking_lost = status["tracking"]["lost_records"].as_u64().unwrap_or(0);
+    assert_eq!(
+        samples,
+        per_cpu + tracking_lost,
+        "the LOST records of the window count what status counts: {status}"
+    );
+}
