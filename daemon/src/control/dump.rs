@@ -87,16 +87,19 @@ fn capture_in(
         end_ns: asked.end_unix_ns.map(|u| clock.sample_ns_of_unix(u)),
     };
     let capture = recorder.capture_window(window).map_err(failed)?;
-    // A window older than the rings reach is cut from the history.
+    // A window older than the rings reach is cut from the history: the
+    // rings are frozen, so reading it is ordinary work.
     let capture = match window.start_ns {
-        Some(start_ns) => widen_with_history(
-            history,
-            capture,
-            start_ns,
-            window
-                .end_ns
-                .unwrap_or_else(|| clock.sample_ns_of_unix(freeze_unix_ns)),
-        ),
+        Some(start_ns) => NormalPriority::run(|| {
+            widen_with_history(
+                history,
+                capture,
+                start_ns,
+                window
+                    .end_ns
+                    .unwrap_or_else(|| clock.sample_ns_of_unix(freeze_unix_ns)),
+            )
+        }),
         None => capture,
     };
     let held_from =

@@ -159,6 +159,12 @@ impl NormalPriority {
         }
         NormalPriority { previous }
     }
+
+    /// Runs `f` at normal priority, then returns to the priority before.
+    pub fn run<T>(f: impl FnOnce() -> T) -> T {
+        let _normal = Self::enter();
+        f()
+    }
 }
 
 impl Drop for NormalPriority {
