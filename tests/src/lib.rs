@@ -613,6 +613,36 @@ impl Drop for Watcher {
     }
 }
 
+/// A small tmpfs mounted for a test (a disk that fills), unmounted when
+/// dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as mount(8) takes it: "3m", "128k") on
+    /// `path`, created if missing.
+    pub fn mount(path: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(path).expect("create the mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0750")])
+            .arg("flightrec-test")
+            .arg(path)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mounting a tmpfs on {} failed",
+            path.display()
+        );
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// VmRSS of `pid` in bytes.
 pub fn rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Load, Watcher, bin_path, perf_script, require_root, test_config};
+use flightrec_tests::{
+    Daemon, Load, Tmpfs, Watcher, bin_path, perf_script, require_root, test_config,
+};
 use serde_json::Value;
 
 /// Names in `dir`, hidden ones included.
@@ -29,38 +31,6 @@ fn leftovers(dir: &Path) -> Vec<String> {
 fn sidecar_has_snapshot(dir: &Path, meta: &str) -> bool {
     let id = meta.trim_start_matches('.').trim_end_matches(".meta");
     dir.join(format!("{id}.perf.data")).exists()
-}
-
-/// A small tmpfs, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0750"),
-                "flightrec-test",
-            ])
-            .arg(path)
-            .status()
-            .expect("run mount");
-        assert!(
-            status.success(),
-            "mounting a tmpfs on {} failed",
-            path.display()
-        );
-        Tmpfs(path.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 /// Fills the file system of `dir` with `dir/filler`, then gives back

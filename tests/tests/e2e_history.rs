@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flightrec_tests::{
-    Daemon, Load, Watcher, copy_executable, flightrecd_to_end, perf_script, require_root,
+    Daemon, Load, Tmpfs, Watcher, copy_executable, flightrecd_to_end, perf_script, require_root,
     test_config,
 };
 use serde_json::Value;
@@ -283,29 +283,6 @@ fn the_byte_budget_is_never_exceeded_and_the_oldest_segments_go_first() {
     let status = d.json(&["status"]);
     assert!(status["history"]["bytes"].as_u64().expect("bytes") <= budget);
     assert_eq!(status["history"]["failure"], Value::Null, "{status}");
-}
-
-/// A small tmpfs, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).expect("mkdir");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0750")])
-            .arg("flightrec-test")
-            .arg(path)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mounting a tmpfs on {}", path.display());
-        Tmpfs(path.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 #[test]

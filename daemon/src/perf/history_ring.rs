@@ -8,8 +8,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::event::ResolvedEvent;
 use super::forward_ring::ForwardRing;
-use super::mapping::{Access, RingMap};
-use super::sample_ring::open_event;
+use super::mapping::Access;
+use super::sample_ring::open_event_set;
 use super::{PerfError, sys};
 use crate::abi::attr_flag;
 
@@ -38,44 +38,13 @@ impl HistoryRing {
     pub fn open(cpu: u32, events: &[ResolvedEvent], data_pages: usize) -> Result<Self, PerfError> {
         let data_size = data_pages.saturating_mul(sys::page_size());
         let events: Vec<ResolvedEvent> = events.iter().map(|e| forward(e, data_size)).collect();
-        let Some(first) = events.first() else {
-            return Err(PerfError::Layout {
-                what: "history",
-                cpu,
-                detail: "no events configured".into(),
-            });
-        };
-        let owner = open_event(first, cpu)?;
-        let map = RingMap::new(&owner, data_pages, Access::ReadWrite, "history", cpu)?;
-        let mut fds = vec![owner];
-        for event in &events[1..] {
-            let fd = open_event(event, cpu)?;
-            sys::set_output(fd.as_fd(), fds[0].as_fd()).map_err(|source| PerfError::Ioctl {
-                op: "PERF_EVENT_IOC_SET_OUTPUT",
-                event: event.name.clone(),
-                cpu,
-                source,
-            })?;
-            fds.push(fd);
-        }
-        let names: Vec<String> = events.iter().map(|e| e.name.clone()).collect();
-        let mut ids = Vec::with_capacity(fds.len());
-        for (fd, name) in fds.iter().zip(&names) {
-            ids.push(
-                sys::event_id(fd.as_fd()).map_err(|source| PerfError::Ioctl {
-                    op: "PERF_EVENT_IOC_ID",
-                    event: name.clone(),
-                    cpu,
-                    source,
-                })?,
-            );
-        }
+        let set = open_event_set(cpu, &events, data_pages, Access::ReadWrite, "history")?;
         Ok(Self {
             cpu,
-            fds,
-            names,
-            ids,
-            ring: ForwardRing::new(map),
+            fds: set.fds,
+            names: set.names,
+            ids: set.ids,
+            ring: ForwardRing::new(set.map),
         })
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::alternate;
+use super::{UNDER, Under, alternate};
 use crate::MIB;
 use crate::cli::Args;
 use crate::procfs;
@@ -25,12 +25,6 @@ use crate::workload::{BackgroundLoad, Workload};
 
 /// The disk budget of both tools in the overhead phase.
 const BUDGET: u64 = 256 * MIB;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Under {
-    Bare,
-    Tool(Kind),
-}
 
 /// LOST records of perf's files (`perf report --stats`).
 fn perf_lost(files: &[std::path::PathBuf]) -> Result<u64> {
@@ -123,13 +117,8 @@ pub fn history(args: &Args) -> Result<Section> {
     let mut cpu: [Vec<f64>; 2] = Default::default();
     let mut lost: [Vec<f64>; 2] = Default::default();
     let mut bytes: [Vec<f64>; 2] = Default::default();
-    let modes = [
-        Under::Bare,
-        Under::Tool(Kind::Flightrec),
-        Under::Tool(Kind::Perf),
-    ];
     for run in 0..args.runs {
-        for &mode in alternate(run, &modes) {
+        for &mode in alternate(run, &UNDER) {
             match mode {
                 Under::Bare => wall[0].push(workload.run(args.quick)?.as_secs_f64()),
                 Under::Tool(kind) => {
@@ -144,11 +133,6 @@ pub fn history(args: &Args) -> Result<Section> {
         }
     }
     let [bare, fr, pf] = wall.map(|v| Summary::of(&v));
-    let slowdown = |s: Option<Summary>| {
-        ratio(s, bare)
-            .map(|r| format!("{r:.3}x"))
-            .unwrap_or_default()
-    };
     let [fr_cpu, pf_cpu] = cpu.map(|v| Summary::of(&v));
     let [fr_lost, pf_lost] = lost.map(|v| Summary::of(&v));
     let [fr_bytes, pf_bytes] = bytes.map(|v| Summary::of(&v));
@@ -157,21 +141,8 @@ pub fn history(args: &Args) -> Result<Section> {
             .map(|s| format!("{:.1} min", 1024.0 / s.median))
             .unwrap_or_default()
     };
-    let mut rows = vec![
-        Row {
-            metric: format!("workload wall time (bare {})", show(bare, "s", 3)),
-            flightrec: show(fr, "s", 3),
-            perf: show(pf, "s", 3),
-            ratio: ratio(fr, pf),
-            target: "<= 1.0",
-        },
-        Row {
-            metric: "slowdown vs bare".into(),
-            flightrec: slowdown(fr),
-            perf: slowdown(pf),
-            ratio: ratio(fr, bare).zip(ratio(pf, bare)).map(|(a, b)| a / b),
-            target: "<= 1.0",
-        },
+    let mut rows: Vec<Row> = super::wall_time_rows(bare, fr, pf).into();
+    rows.extend([
         Row {
             metric: "recorder CPU, % of one core per recorded CPU".into(),
             flightrec: show(fr_cpu, "%", 2),
@@ -200,7 +171,7 @@ pub fn history(args: &Args) -> Result<Section> {
             ratio: ratio(pf_bytes, fr_bytes),
             target: ">= 1.0",
         },
-    ];
+    ]);
     rows.extend(long_history(args)?);
     Ok(Section {
         title: format!(

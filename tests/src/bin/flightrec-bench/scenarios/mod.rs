@@ -19,6 +19,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::MIB;
+use crate::recorder::Kind;
+use crate::report::{Row, show};
+use crate::stats::{Summary, ratio};
 use crate::workload::BackgroundLoad;
 
 pub use compress_priority::compress_priority;
@@ -39,6 +42,47 @@ pub use trigger::trigger;
 pub fn alternate<T>(run: usize, tools: &[T]) -> Vec<&T> {
     let n = tools.len();
     (0..n).map(|i| &tools[(i + run) % n]).collect()
+}
+
+/// What a fixed workload runs under in the overhead measurements.
+#[derive(Clone, Copy, PartialEq)]
+enum Under {
+    Bare,
+    Tool(Kind),
+}
+
+/// Bare, then each tool (in turns, see [`alternate`]).
+const UNDER: [Under; 3] = [
+    Under::Bare,
+    Under::Tool(Kind::Flightrec),
+    Under::Tool(Kind::Perf),
+];
+
+/// The workload's wall time bare, under flightrec and under perf, and
+/// each tool's slowdown against bare: the first rows of the overhead
+/// tables.
+fn wall_time_rows(bare: Option<Summary>, fr: Option<Summary>, pf: Option<Summary>) -> [Row; 2] {
+    let slowdown = |s: Option<Summary>| {
+        ratio(s, bare)
+            .map(|r| format!("{r:.3}x"))
+            .unwrap_or_default()
+    };
+    [
+        Row {
+            metric: format!("workload wall time (bare {})", show(bare, "s", 3)),
+            flightrec: show(fr, "s", 3),
+            perf: show(pf, "s", 3),
+            ratio: ratio(fr, pf),
+            target: "<= 1.0",
+        },
+        Row {
+            metric: "slowdown vs bare".into(),
+            flightrec: slowdown(fr),
+            perf: slowdown(pf),
+            ratio: ratio(fr, bare).zip(ratio(pf, bare)).map(|(a, b)| a / b),
+            target: "<= 1.0",
+        },
+    ]
 }
 
 /// Time a ring of `ring` bytes per CPU needs to wrap under the messaging

@@ -3,20 +3,14 @@
 
 use anyhow::Result;
 
-use super::alternate;
+use super::{UNDER, Under, alternate};
 use crate::MIB;
 use crate::cli::Args;
 use crate::procfs;
-use crate::recorder::{EventSet, Kind, Recorder, Setup};
+use crate::recorder::{EventSet, Recorder, Setup};
 use crate::report::{Row, Section, show};
 use crate::stats::{Summary, ratio};
 use crate::workload::Workload;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Under {
-    Bare,
-    Tool(Kind),
-}
 
 /// Scenario 1: wall time of a fixed workload bare, under flightrecd and under
 /// perf; the recorders' own CPU time and peak RSS.
@@ -28,13 +22,8 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
     let mut wall: [Vec<f64>; 3] = Default::default();
     let mut cpu_share: [Vec<f64>; 2] = Default::default();
     let mut rss: [Vec<f64>; 2] = Default::default();
-    let modes = [
-        Under::Bare,
-        Under::Tool(Kind::Flightrec),
-        Under::Tool(Kind::Perf),
-    ];
     for run in 0..args.runs {
-        for &mode in alternate(run, &modes) {
+        for &mode in alternate(run, &UNDER) {
             match mode {
                 Under::Bare => wall[0].push(workload.run(args.quick)?.as_secs_f64()),
                 Under::Tool(kind) => {
@@ -52,11 +41,6 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
         }
     }
     let [bare, fr, pf] = wall.map(|v| Summary::of(&v));
-    let slowdown = |s: Option<Summary>| {
-        ratio(s, bare)
-            .map(|r| format!("{r:.3}x"))
-            .unwrap_or_default()
-    };
     let [fr_cpu, pf_cpu] = cpu_share.map(|v| Summary::of(&v));
     let [fr_rss, pf_rss] = rss.map(|v| Summary::of(&v));
     Ok(Section {
@@ -65,35 +49,24 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
             workload.name(),
             events.name()
         ),
-        rows: vec![
-            Row {
-                metric: format!("workload wall time (bare {})", show(bare, "s", 3)),
-                flightrec: show(fr, "s", 3),
-                perf: show(pf, "s", 3),
-                ratio: ratio(fr, pf),
-                target: "<= 1.0",
-            },
-            Row {
-                metric: "slowdown vs bare".into(),
-                flightrec: slowdown(fr),
-                perf: slowdown(pf),
-                ratio: ratio(fr, bare).zip(ratio(pf, bare)).map(|(a, b)| a / b),
-                target: "<= 1.0",
-            },
-            Row {
-                metric: "recorder CPU, % of one core".into(),
-                flightrec: show(fr_cpu, "%", 2),
-                perf: show(pf_cpu, "%", 2),
-                ratio: ratio(fr_cpu, pf_cpu),
-                target: "flightrec < 1%",
-            },
-            Row {
-                metric: "recorder peak RSS".into(),
-                flightrec: show(fr_rss, " MiB", 1),
-                perf: show(pf_rss, " MiB", 1),
-                ratio: ratio(fr_rss, pf_rss),
-                target: "",
-            },
-        ],
+        rows: super::wall_time_rows(bare, fr, pf)
+            .into_iter()
+            .chain([
+                Row {
+                    metric: "recorder CPU, % of one core".into(),
+                    flightrec: show(fr_cpu, "%", 2),
+                    perf: show(pf_cpu, "%", 2),
+                    ratio: ratio(fr_cpu, pf_cpu),
+                    target: "flightrec < 1%",
+                },
+                Row {
+                    metric: "recorder peak RSS".into(),
+                    flightrec: show(fr_rss, " MiB", 1),
+                    perf: show(pf_rss, " MiB", 1),
+                    ratio: ratio(fr_rss, pf_rss),
+                    target: "",
+                },
+            ])
+            .collect(),
     })
 }
