@@ -190,11 +190,13 @@ impl Writer {
         self.last_write = Instant::now();
         let pending = std::mem::take(&mut self.pending);
         let level = self.shared.settings.level;
-        let mut frames = Vec::new();
+        // The tracking records first: a crash between two frames then
+        // leaves processes without samples on disk, never samples whose
+        // processes are not named.
+        let mut frames = split(FrameKind::Tracking, 0, pending.tracking);
         for (cpu, mut batch) in pending.cpus {
             frames.extend(split(FrameKind::Samples, cpu, batch.take()));
         }
-        frames.extend(split(FrameKind::Tracking, 0, pending.tracking));
         for (kind, cpu, batch) in frames {
             if batch.count == 0 {
                 continue;
