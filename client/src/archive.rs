@@ -19,8 +19,6 @@ use std::fs::{File, Metadata};
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
 use flightrec_perfdata::reader::{self, BuildIdTableEntry, ReadError};
@@ -29,7 +27,7 @@ use thiserror::Error;
 /// Largest decompressed data section [`write_plain_copy`] writes.
 const MAX_PLAIN_BYTES: u64 = 64 << 30;
 /// A mapped file whose reads take longer than this is left out.
-pub const READ_DEADLINE: Duration = Duration::from_secs(10);
+pub use flightrec_files::elf::READ_DEADLINE;
 /// A mapped file larger than this is left out.
 const MAX_FILE_BYTES: u64 = 4 << 30;
 
@@ -146,7 +144,7 @@ fn read_snapshot(snapshot: &Path) -> Result<(Vec<u8>, Metadata), ArchiveError> {
 /// mode (`others`: with the bits of other users kept) and its group when
 /// this process may give files to that group, else the creator's group and
 /// the owner's bits only.
-fn access_like(md: &Metadata, others: bool) -> Access {
+pub(crate) fn access_like(md: &Metadata, others: bool) -> Access {
     let mut mode = md.mode() & if others { 0o666 } else { 0o660 };
     let gid = md.gid();
     let may_give = nix::unistd::geteuid().is_root()
@@ -159,7 +157,7 @@ fn access_like(md: &Metadata, others: bool) -> Access {
 }
 
 /// `dir` and file name of an output path.
-fn split_output(out: &Path) -> Result<(&Path, &str), ArchiveError> {
+pub(crate) fn split_output(out: &Path) -> Result<(&Path, &str), ArchiveError> {
     let name = out
         .file_name()
         .and_then(|n| n.to_str())
@@ -175,7 +173,7 @@ fn split_output(out: &Path) -> Result<(&Path, &str), ArchiveError> {
 }
 
 /// Gives `new` its final name (replacing only with `force`).
-fn commit(new: NewFile, out: &Path, force: bool) -> Result<File, ArchiveError> {
+pub(crate) fn commit(new: NewFile, out: &Path, force: bool) -> Result<File, ArchiveError> {
     let existing = if force {
         Existing::Replace
     } else {
@@ -193,40 +191,9 @@ fn commit(new: NewFile, out: &Path, force: bool) -> Result<File, ArchiveError> {
     })
 }
 
-/// Reads a mapped file whole on a thread of its own, giving up after
-/// [`READ_DEADLINE`] (a file on a file system that never answers); the
-/// thread is left behind, and ends with the process.
-fn read_with_deadline(mut file: File, len: u64) -> io::Result<Vec<u8>> {
-    if len > MAX_FILE_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{len} bytes, more than archived"),
-        ));
-    }
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let read = Read::by_ref(&mut file)
-            .take(len)
-            .read_to_end(&mut bytes)
-            .map(|_| bytes);
-        let _ = tx.send(read);
-    });
-    rx.recv_timeout(READ_DEADLINE).unwrap_or_else(|_| {
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("no answer within {}s", READ_DEADLINE.as_secs()),
-        ))
-    })
-}
-
 /// The bytes of the file at `path` if it has build-id `build_id`.
 fn read_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<Vec<u8>> {
-    let (file, md) = open_regular(path, links).ok()?;
-    if flightrec_files::elf::build_id(&file).as_deref() != Some(build_id) {
-        return None;
-    }
-    read_with_deadline(file, md.len()).ok()
+    flightrec_files::elf::read_if_build_id(path, links, build_id, MAX_FILE_BYTES)
 }
 
 /// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME`, and
@@ -394,6 +361,6 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(read_if_build_id(&fifo, Links::Refuse, &[1; 20]).is_none());
         assert!(read_if_build_id(&fifo, Links::Follow, &[1; 20]).is_none());
-        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }

@@ -9,12 +9,16 @@
 //! `object` crate's `NoteIterator`, the one note parser of the project.
 
 use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use object::Endianness;
 use object::elf::{FileHeader32, FileHeader64, NT_GNU_BUILD_ID, PT_NOTE, SHT_NOTE};
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
 
-use crate::untrusted::read_at_most;
+use crate::untrusted::{Links, open_regular, read_at_most};
 
 /// Bytes read from one file, at most.
 pub const MAX_READ: usize = 16 << 10;
@@ -37,6 +41,36 @@ impl Budget<'_> {
         self.left -= bytes.len();
         Some(bytes)
     }
+}
+
+/// How long [`read_if_build_id`] waits for a file's bytes.
+pub const READ_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The bytes of the regular file at `path` (opened without blocking) if its
+/// build-id is `wanted` and it is at most `max` bytes; `None` otherwise,
+/// or when its reads take longer than [`READ_DEADLINE`] (a file system
+/// that never answers). The reads run on a thread of their own, which a
+/// hung read leaves behind until the process ends.
+pub fn read_if_build_id(path: &Path, links: Links, wanted: &[u8], max: u64) -> Option<Vec<u8>> {
+    let (file, md) = open_regular(path, links).ok()?;
+    if md.len() > max {
+        return None;
+    }
+    let wanted = wanted.to_vec();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let read = (build_id(&file).as_deref() == Some(&wanted[..]))
+            .then(|| read_whole(file, md.len()))
+            .and_then(Result::ok);
+        let _ = tx.send(read);
+    });
+    rx.recv_timeout(READ_DEADLINE).ok().flatten()
+}
+
+fn read_whole(mut file: File, len: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    Read::by_ref(&mut file).take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The GNU build-id of `file` (an ELF file of either class and byte
