@@ -1,7 +1,8 @@
 //! End to end: the history tier (`[history]`). Windows minutes old are cut
 //! from the segments on disk with every process named, across a kill -9
-//! of the daemon; the byte budget holds; a full history directory stops
-//! the history, never the ring dumps.
+//! of the daemon; the byte budget holds; a full or unwritable history
+//! directory stops the history, never the ring dumps, and keeps what it
+//! wrote.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -336,6 +337,79 @@ fn a_full_history_dir_stops_the_history_and_ring_dumps_go_on() {
 }
 
 #[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote() {
+    require_root("a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("history");
+    let _fs = Tmpfs::mount(&history, "64m");
+    // 8 MiB: segments of 256 KiB, so the writer soon needs a new file.
+    let text = test_config(
+        dir.path(),
+        &format!(
+            "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
+             [history]\nenabled = true\nmax_bytes = \"8MiB\"\ndir = \"{}\"\n",
+            history.display()
+        ),
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    let watch = Watcher::start(&d);
+    let _load = busy_load();
+    wait_for_history(&d, 3.0);
+    // Unwritable, not full: an immutable directory refuses root too
+    // (EPERM) to create or remove a file in it.
+    let (_, before) = on_disk(&history);
+    let status = Command::new("chattr")
+        .arg("+i")
+        .arg(&history)
+        .status()
+        .expect("run chattr");
+    assert!(status.success(), "chattr +i {}", history.display());
+    let stopped = watch
+        .wait_for("history_stopped", Duration::from_secs(90))
+        .unwrap_or_else(|| panic!("no history_stopped event:\n{}", d.log_text()));
+    let reason = stopped["reason"].as_str().expect("reason");
+    assert!(reason.contains("Operation not permitted"), "{reason}");
+    let status = d.json(&["status"]);
+    assert!(
+        status["history"]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("Operation not permitted")),
+        "{status}"
+    );
+    let stopped_at = on_disk(&history);
+    assert!(
+        before.iter().all(|f| stopped_at.1.contains(f)),
+        "segments went missing: {before:?} then {:?}",
+        stopped_at.1
+    );
+    // Ring dumps go on, and what the history wrote is still served.
+    let dump = d.json(&["dump"]);
+    assert!(dump["records"].as_u64().unwrap_or(0) > 0, "{dump}");
+    let path = PathBuf::from(dump["path"].as_str().expect("path"));
+    assert!(!perf_script(&path, &["-F", "comm"]).is_empty());
+    let old = d.json(&["dump", "--at", "-3s", "--before", "1s"]);
+    let path = PathBuf::from(old["path"].as_str().expect("path"));
+    let (rows, _) = samples(&path);
+    assert!(
+        !rows.is_empty(),
+        "a window of the history written before: {old}"
+    );
+    assert_eq!(
+        on_disk(&history),
+        stopped_at,
+        "the history changed after it stopped"
+    );
+    let log = d.log_text();
+    assert_eq!(
+        log.matches("the history stops").count(),
+        1,
+        "one log line for the stop:\n{log}"
+    );
+    let _ = Command::new("chattr").arg("-i").arg(&history).status();
+}
+
+#[test]
 fn bad_history_settings_are_refused_at_their_line_and_column() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (section, at, needle) in [
@@ -438,7 +512,10 @@ fn records_lost_while_the_writer_lags_are_counted_and_in_the_window() {
         if now == last {
             break;
         }
-        assert!(Instant::now() < deadline, "the losses never stopped: {now:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the losses never stopped: {now:?}"
+        );
         last = now;
     }
     let status = d.json(&["status"]);
