@@ -5,6 +5,8 @@
 //! two; `--expect` names a host that did not answer. A daemon whose
 //! password the server refuses says so in `snapctl status` and still
 //! dumps on SIGUSR2; one started before its server connects once it runs.
+//! A fleet dump of a moment older than the rings is cut from each host's
+//! history.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -273,6 +275,100 @@ fn a_fleet_dump_at_an_instant_cuts_the_same_window_on_every_host() {
         // perf reads it, and holds samples.
         let script = perf_script(Path::new(r["path"].as_str().expect("path")), &[]);
         assert!(script.contains("cpu-clock"), "{r}: {script:.300}");
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_fleet_dump_of_a_moment_older_than_the_rings_is_cut_from_each_hosts_history() {
+    require_root("a_fleet_dump_of_a_moment_older_than_the_rings_is_cut_from_each_hosts_history");
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let daemons: Vec<(&str, Daemon)> = ["host-a", "host-b"]
+        .into_iter()
+        .map(|host| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let history = dir.path().join("history");
+            let extra = format!(
+                "{}\n[history]\nenabled = true\ndir = \"{}\"\n",
+                fleet_section(&url, host, "", ""),
+                history.display()
+            );
+            let text = test_config(dir.path(), &extra);
+            (host, Daemon::start_in(dir, &text, &[]))
+        })
+        .collect();
+    for (_, d) in &daemons {
+        connected(d);
+    }
+    // A load that keeps the 256 KiB rings to a few seconds, and a history
+    // that reaches 20 s back on every host (witness: status).
+    let _load = flightrec_tests::Load::shells(
+        1,
+        "while :; do perf bench sched messaging -g 1 -l 50 >/dev/null 2>&1; done",
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let reach = |d: &Daemon, key: &str| -> u64 {
+        d.json(&["status"])["cpus"]
+            .as_array()
+            .expect("cpus")
+            .iter()
+            .map(|c| c[key].as_u64().unwrap_or(0))
+            .min()
+            .unwrap_or(0)
+    };
+    for (host, d) in &daemons {
+        while reach(d, "history_reach_ns") < 20_000_000_000 {
+            assert!(
+                Instant::now() < deadline,
+                "{host}: the history never reached 20 s back"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    let (out, v) = snapctl_fleet_json(
+        &url,
+        &[
+            "dump",
+            "--at",
+            "-15s",
+            "--before",
+            "2s",
+            "--wait",
+            "30s",
+            "--expect",
+            "host-a,host-b",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{v}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rings could not have served it: they reach less than 15 s back.
+    for (host, d) in &daemons {
+        let rings = reach(d, "rings_reach_ns");
+        assert!(
+            rings < 13_000_000_000,
+            "{host}: the rings reach {rings} ns back"
+        );
+    }
+    let replies = v["replies"].as_array().expect("replies");
+    assert_eq!(replies.len(), 2, "{v}");
+    for r in replies {
+        let start = r["window_start_unix_ns"].as_i64().expect("start");
+        let end = r["window_end_unix_ns"].as_i64().expect("end");
+        assert_eq!(end - start, 2_000_000_000, "{r}");
+        assert_eq!(r["window_missing_ns"], 0, "{r}");
+        let script = perf_script(
+            Path::new(r["path"].as_str().expect("path")),
+            &["-F", "event", "--ns"],
+        );
+        let samples = script.lines().filter(|l| l.contains("cpu-clock")).count();
+        assert!(
+            samples > 100,
+            "{r}: {samples} cpu-clock samples in 2 s of history"
+        );
     }
 }
 
