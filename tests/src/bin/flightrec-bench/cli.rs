@@ -18,7 +18,9 @@ pub struct Args {
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
     /// memory, loss, lookback, fleet; compress-priority, history (8
-    /// minutes) and soak (20 minutes), only when named).
+    /// minutes), soak (20 minutes), offcpu (the cost of sched_switch call
+    /// chains) and report (`snapctl report`/`export` vs `perf report`),
+    /// only when named).
     #[arg(
         long,
         value_delimiter = ',',

@@ -47,7 +47,7 @@ fn main() -> Result<()> {
             &[256 * KIB, 4 * MIB, 32 * MIB]
         };
         for &ring in sizes {
-            sections.push(scenarios::snapshot(&args, ring)?);
+            sections.push(scenarios::snapshot(&args, ring, EventSet::SwitchAndClock)?);
         }
     }
     if args.wants("trigger") {
@@ -80,6 +80,19 @@ fn main() -> Result<()> {
     }
     if args.wants("history") {
         sections.push(scenarios::history(&args)?);
+    }
+    if args.wants("offcpu") {
+        // What call chains on sched_switch (off-CPU stacks) cost: the same
+        // tables as sections 1 and 2 with them on.
+        for workload in [Workload::Messaging, Workload::Pipe] {
+            sections.push(scenarios::overhead(&args, EventSet::OffCpu, workload)?);
+        }
+        sections.push(scenarios::snapshot(&args, 4 * MIB, EventSet::OffCpu)?);
+    }
+    if args.wants("report") {
+        for ring in [4 * MIB, 32 * MIB] {
+            sections.push(scenarios::report(&args, ring)?);
+        }
     }
     let report = report::render(&args, &sections);
     println!("{report}");

@@ -17,6 +17,9 @@ pub enum EventSet {
     SwitchAndClock,
     /// `sched:sched_switch` only.
     SwitchOnly,
+    /// `sched:sched_switch` with call chains (the stacks off-CPU time is
+    /// charged to) + `cpu-clock` at 999 Hz with call chains.
+    OffCpu,
 }
 
 impl EventSet {
@@ -24,6 +27,7 @@ impl EventSet {
         match self {
             EventSet::SwitchAndClock => "sched_switch+cpu-clock/999Hz -g",
             EventSet::SwitchOnly => "sched_switch",
+            EventSet::OffCpu => "sched_switch -g+cpu-clock/999Hz -g",
         }
     }
 
@@ -36,6 +40,12 @@ impl EventSet {
                 "cpu-clock/freq=999,call-graph=fp/",
             ],
             EventSet::SwitchOnly => vec!["-e", "sched:sched_switch"],
+            EventSet::OffCpu => vec![
+                "-e",
+                "sched:sched_switch/call-graph=fp/",
+                "-e",
+                "cpu-clock/freq=999,call-graph=fp/",
+            ],
         }
     }
 
@@ -45,6 +55,9 @@ impl EventSet {
                 "[[event]]\nname = \"sched:sched_switch\"\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
             }
             EventSet::SwitchOnly => "[[event]]\nname = \"sched:sched_switch\"\n",
+            EventSet::OffCpu => {
+                "[[event]]\nname = \"sched:sched_switch\"\ncallchain = true\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
+            }
         }
     }
 }

@@ -8,13 +8,16 @@ use anyhow::Result;
 use super::{alternate, wrap_rings_under_load};
 use crate::analysis::{self, Content};
 use crate::cli::Args;
-use crate::recorder::{Kind, Recorder, Setup};
+use crate::recorder::{EventSet, Kind, Recorder, Setup};
 use crate::report::{Row, Section, human_bytes, show};
 use crate::stats::{Summary, ratio};
 
 /// Scenarios 2 and 3: trigger → complete file under load, and what the file holds.
-pub fn snapshot(args: &Args, ring: u64) -> Result<Section> {
-    let setup = Setup::switch_and_clock(ring);
+pub fn snapshot(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
+    let setup = Setup {
+        events,
+        ..Setup::switch_and_clock(ring)
+    };
     let mut signal_ms: [Vec<f64>; 2] = Default::default();
     let mut snapctl_ms = Vec::new();
     let mut contents: [Vec<Content>; 2] = Default::default();
@@ -53,7 +56,16 @@ pub fn snapshot(args: &Args, ring: u64) -> Result<Section> {
         }
     };
     Ok(Section {
-        title: format!("Snapshot under load, {} per CPU", human_bytes(ring)),
+        title: match events {
+            EventSet::SwitchAndClock => {
+                format!("Snapshot under load, {} per CPU", human_bytes(ring))
+            }
+            _ => format!(
+                "Snapshot under load, {} per CPU, {}",
+                human_bytes(ring),
+                events.name()
+            ),
+        },
         rows: vec![
             Row {
                 metric: "SIGUSR2 → complete file".into(),
