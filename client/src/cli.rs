@@ -155,6 +155,54 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Write one HTML page that shows a snapshot: the window and its
+    /// losses, a per-CPU timeline of what ran (sched_switch), flame graphs
+    /// of the sampled events (on CPU) and of the time threads waited (off
+    /// CPU, from sched_switch call chains), and the top processes and
+    /// threads. Self-contained: open it in any browser, offline. Frames are
+    /// named on this machine from files whose build-id matches the
+    /// snapshot's (see --symfs); the others show as FILE+0xOFFSET.
+    Report {
+        /// The snapshot's id (as `snapctl list` shows it) or a path to a
+        /// .perf.data file (then the daemon is not asked).
+        snapshot: String,
+        /// The page to write. Default: ./ID.html.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        symbols: SymbolArgs,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a snapshot's stacks for other tools: `pprof` (gzipped
+    /// profile.proto with two sample types, `samples` of one event and
+    /// `off_cpu` nanoseconds: go tool pprof, Pyroscope, Parca) or
+    /// `collapsed` (folded stacks, `comm;root;...;leaf COUNT`: flamegraph.pl,
+    /// inferno, speedscope).
+    Export {
+        /// The snapshot's id or a path to a .perf.data file.
+        snapshot: String,
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: crate::report::ExportFormat,
+        /// The file to write, or - for standard output (then --json's
+        /// summary goes to stderr). Default: ./ID.pb.gz (pprof) or
+        /// ./ID.folded (collapsed).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The sampled event to count (default: the snapshot's first event
+        /// with a frequency or period, e.g. cpu-clock).
+        #[arg(long, value_name = "NAME", conflicts_with = "off_cpu")]
+        event: Option<String>,
+        /// collapsed: off-CPU time in microseconds instead of samples.
+        #[arg(long)]
+        off_cpu: bool,
+        #[command(flatten)]
+        symbols: SymbolArgs,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Talk to every daemon of the fleet over NATS ([fleet] in the config):
     /// ask them all for a snapshot (dump), list what they uploaded into the
     /// JetStream object store (list), download one (fetch).
@@ -183,6 +231,32 @@ pub enum Command {
         #[command(subcommand)]
         command: Box<FleetCommand>,
     },
+}
+
+/// Where `report` and `export` find symbols.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SymbolArgs {
+    /// A build-id cache or root directory holding the snapshot's files (an
+    /// unpacked `snapctl archive`, ~/.debug); repeat for several.
+    #[arg(long, value_name = "DIR")]
+    pub symfs: Vec<PathBuf>,
+    /// A kallsyms file of the snapshot's kernel (default: the archive's,
+    /// or /proc/kallsyms when this machine runs that kernel).
+    #[arg(long, value_name = "FILE")]
+    pub kallsyms: Option<PathBuf>,
+    /// Use only --symfs and --kallsyms, not this machine's files.
+    #[arg(long)]
+    pub no_local_files: bool,
+}
+
+impl SymbolArgs {
+    pub fn sources(&self) -> flightrec_report::SymbolSources {
+        flightrec_report::SymbolSources {
+            symfs: self.symfs.clone(),
+            kallsyms: self.kallsyms.clone(),
+            local_files: !self.no_local_files,
+        }
+    }
 }
 
 #[derive(Subcommand)]

@@ -11,6 +11,7 @@ pub mod archive;
 pub mod cli;
 pub mod fleet;
 pub mod render;
+pub mod report;
 pub mod run;
 
 use std::io;

@@ -28,6 +28,9 @@ _snapctl() {
             snapctl,dump)
                 cmd="snapctl__subcmd__dump"
                 ;;
+            snapctl,export)
+                cmd="snapctl__subcmd__export"
+                ;;
             snapctl,fleet)
                 cmd="snapctl__subcmd__fleet"
                 ;;
@@ -39,6 +42,9 @@ _snapctl() {
                 ;;
             snapctl,reload)
                 cmd="snapctl__subcmd__reload"
+                ;;
+            snapctl,report)
+                cmd="snapctl__subcmd__report"
                 ;;
             snapctl,rotate)
                 cmd="snapctl__subcmd__rotate"
@@ -88,6 +94,9 @@ _snapctl() {
             snapctl__subcmd__help,dump)
                 cmd="snapctl__subcmd__help__subcmd__dump"
                 ;;
+            snapctl__subcmd__help,export)
+                cmd="snapctl__subcmd__help__subcmd__export"
+                ;;
             snapctl__subcmd__help,fleet)
                 cmd="snapctl__subcmd__help__subcmd__fleet"
                 ;;
@@ -99,6 +108,9 @@ _snapctl() {
                 ;;
             snapctl__subcmd__help,reload)
                 cmd="snapctl__subcmd__help__subcmd__reload"
+                ;;
+            snapctl__subcmd__help,report)
+                cmd="snapctl__subcmd__help__subcmd__report"
                 ;;
             snapctl__subcmd__help,rotate)
                 cmd="snapctl__subcmd__help__subcmd__rotate"
@@ -128,7 +140,7 @@ _snapctl() {
 
     case "${cmd}" in
         snapctl)
-            opts="-h -V --socket --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress fleet help"
+            opts="-h -V --socket --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress report export fleet help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -255,6 +267,52 @@ _snapctl() {
                     return 0
                     ;;
                 --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        snapctl__subcmd__export)
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "pprof collapsed" -- "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --event)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --symfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kallsyms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -500,7 +558,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__help)
-            opts="dump list rotate compress status watch reload triggers archive decompress fleet help"
+            opts="dump list rotate compress status watch reload triggers archive decompress report export fleet help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -556,6 +614,20 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__help__subcmd__dump)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        snapctl__subcmd__help__subcmd__export)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -667,6 +739,20 @@ _snapctl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        snapctl__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         snapctl__subcmd__help__subcmd__rotate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -752,6 +838,44 @@ _snapctl() {
                 return 0
             fi
             case "${prev}" in
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        snapctl__subcmd__report)
+            opts="-o -h --output --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --symfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --socket)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

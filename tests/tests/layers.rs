@@ -78,7 +78,27 @@ fn config_modules_only_look_back() {
 fn client_modules_only_look_back() {
     check(
         "client",
-        &[&["archive"], &["render"], &["fleet"], &["cli"], &["run"]],
+        &[
+            &["archive"],
+            &["report"],
+            &["render"],
+            &["fleet"],
+            &["cli"],
+            &["run"],
+        ],
+    );
+}
+
+#[test]
+fn report_modules_only_look_back() {
+    check(
+        "report",
+        &[
+            &["tracefmt", "model"],
+            &["load", "symbols"],
+            &["stacks"],
+            &["pprof", "html"],
+        ],
     );
 }
 

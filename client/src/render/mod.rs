@@ -3,7 +3,8 @@
 //!
 //! By concern: [`format`] holds the number, time and table helpers the
 //! others share (and `fleet` reuses); [`snapshots`] the replies that are
-//! snapshots (dump, list, rotate, compress, archive, decompress);
+//! snapshots (dump, list, rotate, compress, archive, decompress, report,
+//! export);
 //! [`status`] the daemon's status and reload, with its fleet section in
 //! [`fleet_status`]; [`triggers`] and [`watch`] the triggers table and the
 //! event stream.
@@ -17,7 +18,7 @@ mod watch;
 
 pub use format::{human_bytes, table, utc};
 pub use snapshots::{
-    archive, compress, decompressed, dump, list, rotate, snapshot_cells, snapshot_json,
+    archive, compress, decompressed, dump, list, rotate, snapshot_cells, snapshot_json, written,
 };
 pub use status::{reload, status};
 pub use triggers::triggers;

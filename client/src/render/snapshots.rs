@@ -170,6 +170,39 @@ pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_jso
 
 /// `snapctl decompress`: the plain copy written, and its size with
 /// `--json`.
+/// What `report` or `export` wrote.
+pub fn written(w: &crate::report::Written, as_json: bool) -> String {
+    let path = w
+        .path
+        .as_ref()
+        .map_or_else(|| "-".to_string(), |p| p.display().to_string());
+    if as_json {
+        return json!({
+            "path": path,
+            "bytes": w.bytes,
+            "content": w.content,
+            "frames": w.frames,
+            "named_frames": w.named,
+            "unresolved": w.unresolved,
+        })
+        .to_string();
+    }
+    let mut text = format!(
+        "{path} ({}, {}): {} of {} frames named",
+        human_bytes(w.bytes),
+        w.content,
+        w.named,
+        w.frames
+    );
+    for u in &w.unresolved {
+        text.push_str(&format!(
+            "\n  not named: {} ({} frames): {}",
+            u.file, u.frames, u.reason
+        ));
+    }
+    text
+}
+
 pub fn decompressed(out: &std::path::Path, bytes: u64, as_json: bool) -> String {
     if as_json {
         return json!({"path": out.display().to_string(), "bytes": bytes}).to_string();

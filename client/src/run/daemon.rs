@@ -120,7 +120,11 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
             render::reload(&r, json)
         }
         Command::Watch { count } => return watch(daemon, &mut client, count, json).await,
-        Command::Archive { .. } | Command::Decompress { .. } | Command::Fleet { .. } => {
+        Command::Archive { .. }
+        | Command::Decompress { .. }
+        | Command::Report { .. }
+        | Command::Export { .. }
+        | Command::Fleet { .. } => {
             unreachable!("handled before connecting")
         }
     };

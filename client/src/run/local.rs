@@ -1,6 +1,6 @@
-//! `snapctl archive` and `snapctl decompress`: the snapshot resolved to a
-//! file (asking the daemon's list for an id), the output written by this
-//! process.
+//! `snapctl archive`, `decompress`, `report` and `export`: the snapshot
+//! resolved to a file (asking the daemon's list for an id), the output
+//! written by this process.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,9 @@ use flightrec_proto::v1 as pb;
 use super::daemon::Daemon;
 use crate::ClientError;
 use crate::archive::{self, ArchiveError, ArchiveOptions};
+use crate::cli::SymbolArgs;
 use crate::render;
+use crate::report::{self, ExportFormat, ReportFailure};
 
 pub(super) async fn archive(
     daemon: &Daemon,
@@ -37,6 +39,100 @@ pub(super) async fn decompress(
     Ok(render::decompressed(&out, bytes, json))
 }
 
+pub(super) async fn report(
+    daemon: &Daemon,
+    snapshot: &str,
+    output: Option<PathBuf>,
+    symbols: &SymbolArgs,
+    force: bool,
+    json: bool,
+) -> Result<String, ClientError> {
+    let (path, info) = snapshot_info(daemon, snapshot).await?;
+    let id = snapshot_id(&path);
+    let out = output.unwrap_or_else(|| format!("{id}.html").into());
+    let ctx = flightrec_report::PageContext {
+        title: id,
+        trigger: info.as_ref().map(|i| i.trigger.clone()),
+        trigger_unix_ns: info.as_ref().map(|i| i.created_unix_ns),
+    };
+    let sources = symbols.sources();
+    let written =
+        blocking(move || report::write_report(&path, &out, &ctx, &sources, force)).await?;
+    Ok(render::written(&written, json))
+}
+
+/// What `snapctl export` writes.
+pub(super) struct Export {
+    pub format: ExportFormat,
+    pub event: Option<String>,
+    pub off_cpu: bool,
+    pub force: bool,
+}
+
+pub(super) async fn export(
+    daemon: &Daemon,
+    snapshot: &str,
+    output: Option<PathBuf>,
+    export: &Export,
+    symbols: &SymbolArgs,
+    json: bool,
+) -> Result<String, ClientError> {
+    let path = snapshot_file(daemon, snapshot).await?;
+    let out = output
+        .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), export.format.extension()).into());
+    let sources = symbols.sources();
+    let (format, event, off_cpu, force) = (
+        export.format,
+        export.event.clone(),
+        export.off_cpu,
+        export.force,
+    );
+    let written = blocking(move || {
+        report::write_export(
+            &path,
+            &out,
+            format,
+            event.as_deref(),
+            off_cpu,
+            &sources,
+            force,
+        )
+    })
+    .await?;
+    let text = render::written(&written, json);
+    if written.path.is_none() {
+        // The export went to standard output: the summary goes beside it.
+        if json {
+            eprintln!("{text}");
+        }
+        return Ok(String::new());
+    }
+    Ok(text)
+}
+
+/// Runs a report or export off the async runtime's threads.
+async fn blocking<F>(f: F) -> Result<report::Written, ClientError>
+where
+    F: FnOnce() -> Result<report::Written, ReportFailure> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ClientError::Output(std::io::Error::other(e.to_string())))?
+        .map_err(|e| match e {
+            ReportFailure::Write(e) => failed(e),
+            ReportFailure::Read(e @ flightrec_report::ReportError::Snapshot { .. }) => {
+                ClientError::Daemon {
+                    code: tonic::Code::FailedPrecondition,
+                    message: e.to_string(),
+                }
+            }
+            ReportFailure::Read(e) => ClientError::Daemon {
+                code: tonic::Code::InvalidArgument,
+                message: e.to_string(),
+            },
+        })
+}
+
 /// Whether the command line named a file rather than an id.
 fn is_file_name(snapshot: &str) -> bool {
     snapshot.contains('/') || snapshot.ends_with(".perf.data")
@@ -45,13 +141,22 @@ fn is_file_name(snapshot: &str) -> bool {
 /// The snapshot's file: `snapshot` itself when it names one, else the
 /// path the daemon lists for that id.
 async fn snapshot_file(daemon: &Daemon, snapshot: &str) -> Result<PathBuf, ClientError> {
+    Ok(snapshot_info(daemon, snapshot).await?.0)
+}
+
+/// The snapshot's file and, for an id, what the daemon lists about it
+/// (its trigger and creation time).
+async fn snapshot_info(
+    daemon: &Daemon,
+    snapshot: &str,
+) -> Result<(PathBuf, Option<pb::Snapshot>), ClientError> {
     if is_file_name(snapshot) {
-        return Ok(PathBuf::from(snapshot));
+        return Ok((PathBuf::from(snapshot), None));
     }
     let mut client = daemon.connect().await?;
     let r = daemon.answered(client.list(pb::ListRequest {})).await?;
-    match r.snapshots.iter().find(|s| s.id == snapshot) {
-        Some(s) => Ok(PathBuf::from(&s.path)),
+    match r.snapshots.into_iter().find(|s| s.id == snapshot) {
+        Some(s) => Ok((PathBuf::from(&s.path), Some(s))),
         None => Err(ClientError::Daemon {
             code: tonic::Code::NotFound,
             message: format!("no snapshot with id {snapshot} (see snapctl list)"),

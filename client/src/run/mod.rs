@@ -66,6 +66,36 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             let text = local::decompress(&daemon, &snapshot, output, force, json).await?;
             print_line(&text)
         }
+        Command::Report {
+            snapshot,
+            output,
+            symbols,
+            force,
+        } => {
+            let text = local::report(&daemon, &snapshot, output, &symbols, force, json).await?;
+            print_line(&text)
+        }
+        Command::Export {
+            snapshot,
+            format,
+            output,
+            event,
+            off_cpu,
+            symbols,
+            force,
+        } => {
+            let export = local::Export {
+                format,
+                event,
+                off_cpu,
+                force,
+            };
+            let text = local::export(&daemon, &snapshot, output, &export, &symbols, json).await?;
+            if !text.is_empty() {
+                print_line(&text)?;
+            }
+            Ok(())
+        }
         command => daemon::call(&daemon, command, json).await,
     }
 }

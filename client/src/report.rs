@@ -1,0 +1,164 @@
+//! `snapctl report` and `snapctl export`: a snapshot read, its frames named
+//! on this machine, and written as an HTML page, a pprof profile or folded
+//! stacks, by this process with the caller's rights. The output is created
+//! as `snapctl archive` creates its own: exclusively, never through a link,
+//! with the snapshot's mode and group (what the page shows is what the
+//! snapshot holds), renamed into place without replacing unless `--force`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use flightrec_files::{Links, NewFile, open_regular};
+use flightrec_report::{
+    Measure, Names, PageContext, ReportError, Snapshot, SymbolSources, Unresolved, html, load,
+    pick_event, pprof, stacks, symbols,
+};
+
+use crate::archive::{ArchiveError, access_like, commit, split_output};
+
+/// The formats of `snapctl export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// gzipped profile.proto (`go tool pprof`, Pyroscope, Parca).
+    Pprof,
+    /// Folded stacks (flamegraph.pl, inferno, speedscope).
+    Collapsed,
+}
+
+impl ExportFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ExportFormat::Pprof => "pb.gz",
+            ExportFormat::Collapsed => "folded",
+        }
+    }
+}
+
+/// What was written.
+#[derive(Debug)]
+pub struct Written {
+    /// `None`: standard output.
+    pub path: Option<PathBuf>,
+    pub bytes: u64,
+    /// Frames of the snapshot, and how many have a function name.
+    pub frames: usize,
+    pub named: usize,
+    pub unresolved: Vec<Unresolved>,
+    /// What the export holds (`samples of cpu-clock`, `off-CPU time`).
+    pub content: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportFailure {
+    #[error(transparent)]
+    Read(#[from] ReportError),
+    #[error(transparent)]
+    Write(#[from] ArchiveError),
+}
+
+/// Reads the snapshot and names its frames.
+fn read(snapshot: &Path, sources: &SymbolSources) -> Result<(Snapshot, Names), ReportError> {
+    let snap = load::read(snapshot)?;
+    let names = symbols::resolve(&snap, sources);
+    Ok((snap, names))
+}
+
+fn written(path: Option<PathBuf>, bytes: usize, names: Names, content: String) -> Written {
+    Written {
+        path,
+        bytes: bytes as u64,
+        frames: names.frames.len(),
+        named: names.frames.iter().filter(|f| f.function.is_some()).count(),
+        unresolved: names.unresolved,
+        content,
+    }
+}
+
+/// Writes `bytes` to `out` like the snapshot at `snapshot` (its mode and
+/// group), or to standard output for `-`.
+fn write_out(
+    snapshot: &Path,
+    out: &Path,
+    bytes: &[u8],
+    force: bool,
+) -> Result<Option<PathBuf>, ArchiveError> {
+    let io_err = |source| ArchiveError::Io {
+        path: out.to_path_buf(),
+        source,
+    };
+    if out == Path::new("-") {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(bytes).map_err(io_err)?;
+        stdout.flush().map_err(io_err)?;
+        return Ok(None);
+    }
+    let (_, md) = open_regular(snapshot, Links::Follow).map_err(|source| ArchiveError::Io {
+        path: snapshot.to_path_buf(),
+        source,
+    })?;
+    let (dir, name) = split_output(out)?;
+    let mut new = NewFile::create(dir, name, access_like(&md, true)).map_err(io_err)?;
+    new.file_mut().write_all(bytes).map_err(io_err)?;
+    commit(new, out, force)?;
+    Ok(Some(out.to_path_buf()))
+}
+
+/// `snapctl report`: the HTML page of `snapshot` at `out`.
+pub fn write_report(
+    snapshot: &Path,
+    out: &Path,
+    ctx: &PageContext,
+    sources: &SymbolSources,
+    force: bool,
+) -> Result<Written, ReportFailure> {
+    let (snap, names) = read(snapshot, sources)?;
+    let page = html::page(&snap, &names, ctx);
+    let path = write_out(snapshot, out, page.as_bytes(), force)?;
+    Ok(written(path, page.len(), names, "report".into()))
+}
+
+/// `snapctl export`.
+pub fn write_export(
+    snapshot: &Path,
+    out: &Path,
+    format: ExportFormat,
+    event: Option<&str>,
+    off_cpu: bool,
+    sources: &SymbolSources,
+    force: bool,
+) -> Result<Written, ReportFailure> {
+    let (snap, names) = read(snapshot, sources)?;
+    let (bytes, content) = match format {
+        ExportFormat::Pprof => {
+            // Both sample types are in every pprof profile; the event picks
+            // what `samples` counts (none sampled: off-CPU time alone).
+            let event = match pick_event(&snap, event) {
+                Ok(e) => e,
+                Err(ReportError::NoSampledEvent) if off_cpu => usize::MAX,
+                Err(e) => return Err(e.into()),
+            };
+            let name = snap
+                .events
+                .get(event)
+                .map_or("no event", |e| e.name.as_str());
+            let profile = pprof::profile(&snap, &names, event);
+            (
+                pprof::gzipped(&profile),
+                format!("samples of {name} and off-CPU time"),
+            )
+        }
+        ExportFormat::Collapsed if off_cpu => (
+            stacks::folded(&snap, &names, Measure::OffCpu).into_bytes(),
+            "off-CPU time in microseconds".to_string(),
+        ),
+        ExportFormat::Collapsed => {
+            let event = pick_event(&snap, event)?;
+            (
+                stacks::folded(&snap, &names, Measure::Samples(event)).into_bytes(),
+                format!("samples of {}", snap.events[event].name),
+            )
+        }
+    };
+    let path = write_out(snapshot, out, &bytes, force)?;
+    Ok(written(path, bytes.len(), names, content))
+}

@@ -1,0 +1,54 @@
+//! What a snapshot shows, for people and for the tools they run: a
+//! self-contained HTML report ([`html`]), pprof ([`pprof`]) and folded
+//! stacks ([`stacks::folded`]), with on-CPU samples and off-CPU time
+//! ([`load`] reads the file, [`symbols`] names the frames). Runs where
+//! `snapctl` runs, with the caller's rights; no `unsafe`.
+
+#![forbid(unsafe_code)]
+
+pub mod html;
+pub mod load;
+pub mod model;
+pub mod pprof;
+pub mod stacks;
+pub mod symbols;
+pub mod tracefmt;
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub use html::PageContext;
+pub use model::Snapshot;
+pub use stacks::Measure;
+pub use symbols::{Names, SymbolSources, Unresolved};
+
+#[derive(Debug, Error)]
+pub enum ReportError {
+    #[error("{}: {message}", path.display())]
+    Snapshot { path: PathBuf, message: String },
+    #[error("no event named {name:?} in the snapshot (it has: {known})")]
+    NoSuchEvent { name: String, known: String },
+    #[error("the snapshot has no sampled event (give --event NAME or --off-cpu)")]
+    NoSampledEvent,
+}
+
+/// The event `name` (or the default: the first sampled one) of `snap`.
+pub fn pick_event(snap: &Snapshot, name: Option<&str>) -> Result<usize, ReportError> {
+    match name {
+        Some(n) => snap.event_named(n).ok_or_else(|| ReportError::NoSuchEvent {
+            name: n.to_string(),
+            known: snap
+                .events
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+        None => snap
+            .events
+            .iter()
+            .position(|e| e.sampled)
+            .ok_or(ReportError::NoSampledEvent),
+    }
+}
