@@ -238,7 +238,9 @@ fn the_history_written_before_a_kill_9_is_served_after_the_restart() {
     assert!(report.status.success(), "{report:?}");
 }
 
-/// Bytes of the files in `dir`, and their names.
+/// The bytes of every file in the history dir, and the names of its
+/// segments (a segment being created has a temporary name until it is
+/// complete: counted in the bytes, not a segment yet).
 fn on_disk(dir: &Path) -> (u64, Vec<String>) {
     let mut bytes = 0;
     let mut names = Vec::new();
@@ -246,7 +248,10 @@ fn on_disk(dir: &Path) -> (u64, Vec<String>) {
         if let Ok(md) = e.metadata() {
             bytes += md.len();
         }
-        names.push(e.file_name().to_string_lossy().into_owned());
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("seg-") && name.ends_with(".hist") {
+            names.push(name);
+        }
     }
     names.sort();
     (bytes, names)
@@ -383,12 +388,59 @@ fn a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote
         "segments went missing: {before:?} then {:?}",
         stopped_at.1
     );
-    // Ring dumps go on, and what the history wrote is still served.
+    // Ring dumps go on.
     let dump = d.json(&["dump"]);
     assert!(dump["records"].as_u64().unwrap_or(0) > 0, "{dump}");
     let path = PathBuf::from(dump["path"].as_str().expect("path"));
     assert!(!perf_script(&path, &["-F", "comm"]).is_empty());
-    let old = d.json(&["dump", "--at", "-3s", "--before", "1s"]);
+    // Once the rings no longer reach back to where the history ends (the
+    // witness: status), a window across the end holds both sides and says
+    // how much lies between them.
+    let history_end = status["history"]["newest_unix_ns"]
+        .as_i64()
+        .expect("newest");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rings_from = loop {
+        let s = d.json(&["status"]);
+        let oldest = s["cpus"]
+            .as_array()
+            .expect("cpus")
+            .iter()
+            .filter_map(|c| c["rings_oldest_unix_ns"].as_i64())
+            .min()
+            .unwrap_or(0);
+        if oldest > history_end + 500_000_000 {
+            break oldest;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rings still reach the history's end: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let back_ms = (unix_now_ns() - history_end) / 1_000_000 + 2_000;
+    let across = d.json(&["dump", "--before", &format!("{back_ms}ms")]);
+    let gap = across["window_missing_ns"]
+        .as_i64()
+        .expect("window_missing_ns");
+    let expected = rings_from - history_end;
+    assert!(
+        gap > 0 && gap <= expected + 1_000_000_000,
+        "the gap between the history's end and the rings: {gap} ns, about {expected} ns: {across}"
+    );
+    let path = PathBuf::from(across["path"].as_str().expect("path"));
+    let (rows, _) = samples(&path);
+    let offset = realtime_offset_ns();
+    let before_end = rows.iter().filter(|r| r.1 + offset < history_end).count();
+    let from_rings = rows.iter().filter(|r| r.1 + offset >= rings_from).count();
+    assert!(
+        before_end > 0 && from_rings > 0,
+        "{before_end} samples from the history and {from_rings} from the rings: {across}"
+    );
+    // And a window inside what the history wrote is served whole.
+    let at_ms = (unix_now_ns() - history_end) / 1_000_000 + 1_000;
+    let old = d.json(&["dump", "--at", &format!("-{at_ms}ms"), "--before", "1s"]);
+    assert_eq!(old["window_missing_ns"], 0, "{old}");
     let path = PathBuf::from(old["path"].as_str().expect("path"));
     let (rows, _) = samples(&path);
     assert!(

@@ -128,6 +128,14 @@ fn capture_in(
         (Some(start), Some(held)) => held.saturating_sub(start).max(0),
         _ => 0,
     };
+    if capture.gap_ns > 0 {
+        tracing::warn!(
+            gap = %humantime::format_duration(Duration::from_nanos(capture.gap_ns)),
+            "the window has a gap: the history stopped before the oldest record the memory \
+             rings still hold; the snapshot holds what is on either side"
+        );
+    }
+    let missing_ns = missing_ns.saturating_add(i64::try_from(capture.gap_ns).unwrap_or(i64::MAX));
     let held = HeldWindow {
         start_unix_ns,
         end_unix_ns: asked.end_unix_ns.unwrap_or(freeze_unix_ns),

@@ -103,5 +103,5 @@ pub(super) fn widen_with_history(
             "history frames that failed their checksum were left out of the window"
         );
     }
-    capture_from_history(capture, window, start_ns)
+    capture_from_history(capture, window, start_ns, end_ns)
 }

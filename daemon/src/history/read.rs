@@ -134,6 +134,9 @@ pub struct HistoryWindow {
     pub events: Vec<SegmentEvent>,
     /// The oldest sample time the history holds at all.
     pub held_from_ns: Option<u64>,
+    /// The newest: where a history that stopped (disk full, unwritable)
+    /// ends.
+    pub held_to_ns: Option<u64>,
     /// Frames that did not decompress or check (counted, left out).
     pub bad_frames: u64,
 }
@@ -148,6 +151,7 @@ pub fn read_window(
 ) -> io::Result<HistoryWindow> {
     let mut out = HistoryWindow {
         held_from_ns: segments.iter().map(|s| s.first_ns).filter(|&t| t > 0).min(),
+        held_to_ns: segments.iter().map(|s| s.last_ns).max().filter(|&t| t > 0),
         ..HistoryWindow::default()
     };
     let overlapping: Vec<usize> = (0..segments.len())

@@ -130,6 +130,7 @@ impl Recorder {
             tracking_lost,
             window_start_ns,
             held_from_ns,
+            gap_ns: 0,
             kernel_text: self.kernel_text,
             loaded_modules,
         })

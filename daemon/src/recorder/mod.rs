@@ -108,6 +108,9 @@ pub struct Capture {
     /// The oldest sample time the rings held, before the window was cut
     /// (0: they held none).
     pub held_from_ns: u64,
+    /// Time inside the window that neither the history nor the rings hold
+    /// (a history that stopped before the rings' oldest record).
+    pub gap_ns: u64,
     /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
     pub kernel_text: Option<u64>,
     /// Kernel modules found loaded after start (oldest first): those loaded

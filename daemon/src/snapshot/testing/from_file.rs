@@ -64,6 +64,7 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
         tracking_lost: 0,
         window_start_ns,
         held_from_ns: window_start_ns,
+        gap_ns: 0,
         kernel_text: None,
         loaded_modules: Vec::new(),
     })

@@ -88,6 +88,7 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
         tracking_lost: 0,
         window_start_ns: T0,
         held_from_ns: T0,
+        gap_ns: 0,
         kernel_text: spec.kernel_text,
         loaded_modules: Vec::new(),
     }
