@@ -83,6 +83,11 @@ pub struct EventConfig {
     pub period: Option<Spanned<u64>>,
     #[serde(default)]
     pub callchain: bool,
+    /// Also record a PERF_RECORD_SWITCH_CPU_WIDE record of every context
+    /// switch into this event's ring (what samply and hotspot compute
+    /// off-CPU time from).
+    #[serde(default)]
+    pub context_switch: bool,
     /// Tracepoint filter in ftrace syntax, e.g. `prev_pid != 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
@@ -267,6 +272,7 @@ pub fn default_events() -> Vec<Spanned<EventConfig>> {
             frequency: None,
             period: None,
             callchain: false,
+            context_switch: false,
             filter: None,
         }),
         unspanned(EventConfig {
@@ -274,6 +280,7 @@ pub fn default_events() -> Vec<Spanned<EventConfig>> {
             frequency: Some(unspanned(999)),
             period: None,
             callchain: true,
+            context_switch: false,
             filter: None,
         }),
     ]

@@ -38,6 +38,8 @@ pub struct EventSpec {
     pub frequency: Option<u64>,
     /// Record kernel and user call chains with each sample.
     pub callchain: bool,
+    /// Record every context switch (`attr.context_switch`).
+    pub context_switch: bool,
     /// Tracepoint filter (`PERF_EVENT_IOC_SET_FILTER`), e.g. `prev_pid != 0`.
     pub filter: Option<String>,
 }
@@ -321,6 +323,9 @@ impl EventSpec {
         if freq {
             flags |= attr_flag::FREQ;
         }
+        if self.context_switch {
+            flags |= attr_flag::CONTEXT_SWITCH;
+        }
         let attr = EventAttr {
             type_,
             config,
@@ -514,6 +519,17 @@ mod tests {
         assert_eq!(ev.attr.sample_period_or_freq, 10_000);
         assert!(!ev.attr.has_flag(attr_flag::FREQ));
         assert_ne!(ev.attr.sample_type & sample::CALLCHAIN, 0);
+        assert!(!ev.attr.has_flag(attr_flag::CONTEXT_SWITCH));
+        let switches = EventSpec {
+            context_switch: true,
+            ..spec.clone()
+        };
+        assert!(
+            sys.resolve(&switches)
+                .unwrap()
+                .attr
+                .has_flag(attr_flag::CONTEXT_SWITCH)
+        );
 
         let both = EventSpec {
             period: Some(1),

@@ -76,6 +76,7 @@ pub fn event_specs(config: &Config) -> Vec<EventSpec> {
                 period: e.period.as_ref().map(|p| *p.get_ref()),
                 frequency: e.frequency.as_ref().map(|f| *f.get_ref()),
                 callchain: e.callchain,
+                context_switch: e.context_switch,
                 filter: e.filter.clone(),
             }
         })
