@@ -1,7 +1,7 @@
 //! End to end: `snapctl report` and `snapctl export` on a snapshot of a C
 //! program whose functions are known, one thread spinning in `burn_cpu`,
 //! one sleeping in `wait_io` on a pipe; checked against `perf report`,
-//! `perf script`, `go tool pprof` and headless Chromium. The
+//! `perf script`, `go tool pprof`, samply and headless Chromium. The
 //! program is deleted once it runs, so its symbols come from an archive's
 //! build-id cache only.
 
@@ -224,21 +224,29 @@ fn pprof_value(profile: &Path, sample_index: &str, func: &str, cum: bool) -> f64
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_and_a_browser_see_them() {
+fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_browser_see_them() {
     const TEST: &str = "report_and_exports_show_on_and_off_cpu_stacks";
     require_root(TEST);
     if !have(TEST, "go", &["version"]) || !have(TEST, "chromium", &["--version"]) {
         return;
     }
-    // sched_switch with call chains: the stacks threads sleep with.
+    // cpu-clock first, with context switch records (samply profiles a
+    // file's first event and computes off-CPU time from its switches);
+    // sched_switch with call chains (the stacks threads sleep with).
     let dir = tempfile::tempdir().unwrap();
+    let defaults = "[[event]]\nname = \"sched:sched_switch\"\n\n\
+                    [[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n";
+    let events = "[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n\
+                  context_switch = true\n\n\
+                  [[event]]\nname = \"sched:sched_switch\"\ncallchain = true\n";
     let text = test_config(
         dir.path(),
-        "[[event]]\nname = \"sched:sched_switch\"\ncallchain = true\n\n\
-         [snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n",
-    )
-    .replacen("[[event]]\nname = \"sched:sched_switch\"\n\n", "", 1)
-    .replace("per_cpu = \"256KiB\"", "per_cpu = \"1MiB\"");
+        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n",
+    );
+    assert!(text.contains(defaults), "{text}");
+    let text = text
+        .replacen(defaults, events, 1)
+        .replace("per_cpu = \"256KiB\"", "per_cpu = \"1MiB\"");
     let d = Daemon::start_in(dir, &text, &[]);
 
     let work = tempfile::tempdir().unwrap();
@@ -406,6 +414,43 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_and_a_browser_see
         (wait_ms - slept_ms).abs() <= slept_ms * 0.05 + 20.0,
         "wait_io off-CPU {wait_ms} ms vs {slept_ms} ms slept"
     );
+
+    // samply: the waiter, hardly ever on CPU, has its waits as off-CPU
+    // samples (weighing about one per millisecond asleep, cpu-clock's
+    // interval).
+    if have(TEST, "samply", &["--version"]) {
+        let json = work.path().join("samply.json");
+        run(Command::new("samply")
+            .args(["import", "--save-only", "--no-open", "-o"])
+            .arg(&json)
+            .arg(&path));
+        let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        // An off-CPU stretch is one sample weighed by the intervals it
+        // covers.
+        let waiter_samples: u64 = p["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["name"] == "fr-waiter")
+            .map(|t| {
+                let samples = &t["samples"];
+                match samples["weight"].as_array() {
+                    Some(w) => w.iter().map(|x| x.as_u64().unwrap_or(1)).sum(),
+                    None => samples["length"].as_u64().unwrap_or(0),
+                }
+            })
+            .sum();
+        let on_cpu = perf_script(&path, &["-F", "comm,event"])
+            .lines()
+            .filter(|l| l.trim_start().starts_with("fr-waiter") && l.contains("cpu-clock"))
+            .count() as u64;
+        eprintln!("{TEST}: samply: fr-waiter {waiter_samples} samples, {on_cpu} of them on CPU");
+        assert!(
+            waiter_samples as f64 >= on_cpu as f64 + slept_ms * 0.5,
+            "samply shows too few off-CPU samples of fr-waiter: {waiter_samples} in all, \
+             {on_cpu} on CPU, {slept_ms:.0} ms asleep"
+        );
+    }
 
     // The page, in a browser with no network.
     let page = work.path().join("report.html");
