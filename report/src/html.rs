@@ -191,7 +191,11 @@ fn timeline(snap: &Snapshot, ctx: &PageContext, strings: &mut Strings) -> Value 
         let start = s.start as i64 - snap.first_ns as i64;
         let prev = prev_end.entry(s.cpu).or_insert(0);
         let lane = lanes.entry(s.cpu).or_default();
-        lane.extend([start - *prev, (s.end - s.start) as i64, t as i64]);
+        lane.extend([
+            start - *prev,
+            s.end.saturating_sub(s.start) as i64,
+            t as i64,
+        ]);
         *prev = s.end as i64 - snap.first_ns as i64;
     }
     let trigger = ctx.trigger_unix_ns.and_then(|at| {

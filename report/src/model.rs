@@ -102,7 +102,7 @@ pub struct OffCpu {
 
 impl OffCpu {
     pub fn duration(&self) -> u64 {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
 }
 

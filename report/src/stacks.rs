@@ -116,7 +116,7 @@ pub fn totals(snap: &Snapshot, by_process: bool) -> Vec<ThreadTotals> {
         r.samples += samples;
     };
     for s in &snap.slices {
-        add(s.thread, s.end - s.start, 0, 0);
+        add(s.thread, s.end.saturating_sub(s.start), 0, 0);
     }
     for o in &snap.off_cpu {
         add(o.thread, 0, o.duration(), 0);

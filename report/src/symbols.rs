@@ -24,6 +24,7 @@ use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use flightrec_files::Links;
 use flightrec_files::elf::read_if_build_id;
+use flightrec_perfdata::kallsyms::kallsyms_text;
 
 use crate::model::{FrameKey, Snapshot};
 
@@ -331,7 +332,7 @@ fn kernel_source(snap: &Snapshot, sources: &SymbolSources) -> Result<(File, u64)
                 continue;
             }
         };
-        let Some(text) = text_of(&bytes) else {
+        let Some(text) = kallsyms_text(&bytes[..]) else {
             last = format!(
                 "{}: no _text (addresses hidden: kptr_restrict?)",
                 c.display()
@@ -351,20 +352,6 @@ fn read_kallsyms(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.take(MAX_KALLSYMS_BYTES).read_to_end(&mut bytes)?;
     Ok(bytes)
-}
-
-/// `_text` in a kallsyms file (`ffffffff81000000 T _text`); `None` when
-/// missing or hidden (all zeros).
-pub fn text_of(kallsyms: &[u8]) -> Option<u64> {
-    String::from_utf8_lossy(kallsyms).lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let addr = f.next()?;
-        let _kind = f.next()?;
-        (f.next()? == "_text")
-            .then(|| u64::from_str_radix(addr, 16).ok())
-            .flatten()
-            .filter(|&a| a != 0)
-    })
 }
 
 #[cfg(test)]
@@ -424,13 +411,6 @@ mod tests {
             names.unresolved[0].build_id.as_deref(),
             Some(&"ab".repeat(20)[..])
         );
-    }
-
-    #[test]
-    fn text_is_found_and_hidden_addresses_are_refused() {
-        let k = b"ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
-        assert_eq!(text_of(k), Some(0xffff_ffff_8100_0000));
-        assert_eq!(text_of(b"0000000000000000 T _text\n"), None);
     }
 
     #[test]

@@ -54,7 +54,12 @@ fn daemon_folders_only_look_back() {
 fn perfdata_modules_only_look_back() {
     check(
         "perfdata",
-        &[&["abi"], &["records"], &["encode", "format"], &["reader"]],
+        &[
+            &["abi", "kallsyms"],
+            &["records"],
+            &["encode", "format"],
+            &["reader"],
+        ],
     );
 }
 

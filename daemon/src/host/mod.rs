@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 pub use clock::{ClockReference, sample_clock_ns};
+pub use flightrec_perfdata::kallsyms::kallsyms_text;
 pub use machine::MachineFacts;
 pub use modules::{
     KernelModule, PROC_MODULES, bare_modules, describe_modules, parse_build_id_note,
@@ -133,21 +134,6 @@ pub(crate) fn parse_cpu_list(text: &str) -> Option<u32> {
     (n > 0).then_some(n)
 }
 
-/// `_text` from /proc/kallsyms (`ffffffff81000000 T _text`); `None` when
-/// absent or hidden (kptr_restrict shows zeros). Read a line at a time up
-/// to `_text`, one of the first: the whole file is megabytes.
-pub fn kallsyms_text(kallsyms: impl std::io::BufRead) -> Option<u64> {
-    kallsyms.lines().map_while(Result::ok).find_map(|line| {
-        let mut f = line.split_whitespace();
-        let addr = f.next()?;
-        let _kind = f.next()?;
-        (f.next()? == "_text")
-            .then(|| u64::from_str_radix(addr, 16).ok())
-            .flatten()
-            .filter(|&a| a != 0)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,13 +146,5 @@ mod tests {
         assert_eq!(parse_cpu_list(""), None);
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
-    }
-
-    #[test]
-    fn kallsyms_text_is_found_and_zero_means_hidden() {
-        let k = "ffffffff81000000 T startup_64\nffffffff81000000 T _text\n";
-        assert_eq!(kallsyms_text(k.as_bytes()), Some(0xffff_ffff_8100_0000));
-        assert_eq!(kallsyms_text(&b"0000000000000000 T _text\n"[..]), None);
-        assert_eq!(kallsyms_text(&b"ffffffff81000000 T _stext\n"[..]), None);
     }
 }
