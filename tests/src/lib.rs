@@ -643,6 +643,25 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Unpacks the tarball `tarball` (an archive `snapctl archive` wrote) into
+/// the new directory `into`, with tar(1).
+pub fn unpack(tarball: &Path, into: &Path) {
+    std::fs::create_dir(into).expect("create the directory to unpack into");
+    let out = Command::new("tar")
+        .arg("xf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(into)
+        .output()
+        .expect("run tar");
+    assert!(
+        out.status.success(),
+        "tar xf {}: {}",
+        tarball.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// VmRSS of `pid` in bytes.
 pub fn rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))

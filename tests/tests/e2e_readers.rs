@@ -342,12 +342,7 @@ fn archive_resolves_the_functions_of_a_deleted_program() {
 
     // A fresh build-id cache from the archive alone.
     let cache = work.path().join("cache");
-    std::fs::create_dir(&cache).unwrap();
-    run(Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&cache));
+    flightrec_tests::unpack(&tarball, &cache);
     let unpacked = cache.join(path.file_name().unwrap());
     assert_eq!(
         std::fs::read(&unpacked).unwrap(),

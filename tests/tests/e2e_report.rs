@@ -97,6 +97,14 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `snapctl --json ARGS -o OUT`, which must succeed: its summary.
+fn snapctl_json(d: &Daemon, args: &[&str], out: &Path) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    all.extend(["-o", out.to_str().unwrap()]);
+    serde_json::from_str(&run(&mut d.snapctl_cmd(&all))).unwrap()
+}
+
 /// A tool the test needs: a failure under CI, a skip elsewhere.
 fn have(test: &str, tool: &str, args: &[&str]) -> bool {
     if Command::new(tool)
@@ -298,26 +306,12 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     let tarball = work.path().join("archive.tar");
     run(&mut d.snapctl_cmd(&["archive", &id, "-o", tarball.to_str().unwrap()]));
     let cache = work.path().join("cache");
-    std::fs::create_dir(&cache).unwrap();
-    run(Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&cache));
+    flightrec_tests::unpack(&tarball, &cache);
     let symfs = cache.to_str().unwrap().to_string();
 
     // Without it, the deleted program's frames are offsets, never names.
     let bare = work.path().join("bare.folded");
-    let out = run(&mut d.snapctl_cmd(&[
-        "--json",
-        "export",
-        &id,
-        "--format",
-        "collapsed",
-        "-o",
-        bare.to_str().unwrap(),
-    ]));
-    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let summary = snapctl_json(&d, &["export", &id, "--format", "collapsed"], &bare);
     let folded = std::fs::read_to_string(&bare).unwrap();
     assert!(!folded.contains("burn_cpu"), "named without its file");
     assert!(
@@ -336,18 +330,11 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
 
     // Collapsed, default event (cpu-clock): its total is perf script's count.
     let collapsed = work.path().join("on.folded");
-    let out = run(&mut d.snapctl_cmd(&[
-        "--json",
-        "export",
-        &id,
-        "--format",
-        "collapsed",
-        "--symfs",
-        &symfs,
-        "-o",
-        collapsed.to_str().unwrap(),
-    ]));
-    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let summary = snapctl_json(
+        &d,
+        &["export", &id, "--format", "collapsed", "--symfs", &symfs],
+        &collapsed,
+    );
     assert_eq!(summary["path"], collapsed.to_str().unwrap());
     assert_eq!(
         summary["bytes"].as_u64(),
@@ -454,18 +441,23 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
 
     // The page, in a browser with no network.
     let page = work.path().join("report.html");
-    let out = run(&mut d.snapctl_cmd(&[
-        "--json",
-        "report",
-        &id,
-        "--symfs",
-        &symfs,
-        "-o",
-        page.to_str().unwrap(),
-    ]));
-    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let summary = snapctl_json(&d, &["report", &id, "--symfs", &symfs], &page);
     assert_eq!(summary["path"], page.to_str().unwrap());
     check_page_in_chromium(&page, work.path());
+
+    // The same snapshot compressed (PERF_RECORD_COMPRESSED) exports the same.
+    let compressed = d.json(&["compress", &id]);
+    assert_eq!(compressed["compressed"], true, "{compressed}");
+    let again = work.path().join("again.folded");
+    snapctl_json(
+        &d,
+        &["export", &id, "--format", "collapsed", "--symfs", &symfs],
+        &again,
+    );
+    assert_eq!(
+        std::fs::read_to_string(&again).unwrap(),
+        std::fs::read_to_string(&collapsed).unwrap()
+    );
 }
 
 /// Chromium flags for a run that talks to nothing (as root: no sandbox).
