@@ -64,7 +64,7 @@ pub fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
             .map(|c| pb::CpuCapture {
                 cpu: c.cpu,
                 records: c.record_count,
-                bytes: c.records.len() as u64,
+                bytes: c.bytes,
                 lost: c.lost_while_paused,
                 oldest_ns: c.oldest_ns.unwrap_or(0),
                 newest_ns: c.newest_ns.unwrap_or(0),

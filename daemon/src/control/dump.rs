@@ -11,7 +11,7 @@ use flightrec_config::Compression;
 
 use super::config::retention_of;
 use super::history::widen_with_history;
-use super::outcome::HeldWindow;
+use super::outcome::{CpuWritten, HeldWindow};
 use super::{DumpDone, DumpFailure, DumpOutput, DumpResult, DumpTimings, Event, State};
 use crate::history::History;
 use crate::host::ClockReference;
@@ -46,7 +46,7 @@ fn write_capture(
     let written = output::write_snapshot_in_group(&capture, &opts, dir, file_name, group)?;
     Ok(DumpOutput {
         bytes: written.bytes,
-        cpus: capture.cpus,
+        cpus: capture.cpus.iter().map(CpuWritten::from).collect(),
         tracking_records: capture.tracking_record_count,
         capture: capture_time,
         write: written.elapsed,

@@ -11,12 +11,44 @@ use crate::store::SnapshotInfo;
 #[derive(Debug, Clone, Default)]
 pub struct DumpOutput {
     pub bytes: u64,
-    /// Each CPU's capture as written (its records go when the replies do).
-    pub cpus: Vec<CpuCapture>,
+    /// What each CPU's capture held; its records were freed once written.
+    pub cpus: Vec<CpuWritten>,
     pub tracking_records: u64,
     pub capture: Duration,
     pub write: Duration,
     pub window: HeldWindow,
+}
+
+/// One CPU's part of a written snapshot, for the log and the `Dump`
+/// reply. The records themselves are dropped as soon as they are on disk,
+/// before the heap is trimmed: held until the replies went, they kept a
+/// window's worth of pages resident in the capture workers' arenas
+/// between dumps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuWritten {
+    pub cpu: u32,
+    pub record_count: u64,
+    pub bytes: u64,
+    pub lost_while_paused: u64,
+    pub lost_since_start: u64,
+    pub oldest_ns: Option<u64>,
+    pub newest_ns: Option<u64>,
+    pub pause: Duration,
+}
+
+impl From<&CpuCapture> for CpuWritten {
+    fn from(c: &CpuCapture) -> Self {
+        CpuWritten {
+            cpu: c.cpu,
+            record_count: c.record_count,
+            bytes: c.records.len() as u64,
+            lost_while_paused: c.lost_while_paused,
+            lost_since_start: c.lost_since_start,
+            oldest_ns: c.oldest_ns,
+            newest_ns: c.newest_ns,
+            pause: c.pause,
+        }
+    }
 }
 
 /// The window a snapshot holds, in wall-clock time.
