@@ -119,7 +119,7 @@ impl Writer {
             .recorder
             .as_ref()
             .is_some_and(|r| Arc::ptr_eq(r, &recorder));
-        let ids = recorder.events().iter().map(|e| e.ids.len()).sum::<usize>();
+        let ids = recorder.event_id_count();
         if !same || ids != self.ids {
             // A new recorder (reload), or rings of a CPU that came online:
             // a segment names the ids its records carry.

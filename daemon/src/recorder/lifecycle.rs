@@ -223,6 +223,12 @@ impl Recorder {
         self.live.rings().events.clone()
     }
 
+    /// How many event ids [`Self::events`] holds: it grows when rings of a
+    /// CPU that came online open. Cheap enough for every history round.
+    pub fn event_id_count(&self) -> usize {
+        self.live.rings().events.iter().map(|e| e.ids.len()).sum()
+    }
+
     /// The configured events as opened, for `Status`.
     pub fn event_info(&self) -> &[EventInfo] {
         &self.event_info
