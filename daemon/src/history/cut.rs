@@ -64,10 +64,12 @@ pub fn capture_from_history(
         .cpus
         .into_iter()
         .map(|(cpu, batch)| {
-            let (mut records, mut count) = kept(&batch.records, keep);
+            let mut records = batch.records;
+            let mut count = retain_records(&mut records, keep);
             let same_cpu = ring_cpus.iter().find(|c| c.cpu == cpu);
             let mut newest_ns = batch.newest_ns;
             if let Some(c) = same_cpu {
+                records.reserve_exact(c.records.len());
                 let after = batch.newest_ns.unwrap_or(history_to);
                 let newer = append_newer(&mut records, &c.records, &layouts, after);
                 count += newer.count;
@@ -102,7 +104,8 @@ pub fn capture_from_history(
     }
     ring.cpus = cpus;
     let ring_tracking = std::mem::take(&mut ring.tracking_records);
-    let (mut tracking, count) = kept(&window.tracking, keep);
+    let mut tracking = window.tracking;
+    let count = retain_records(&mut tracking, keep);
     // The checkpoint and the records after it name every process: none
     // is synthesized at the window's start.
     ring.processes.clear();
@@ -115,17 +118,23 @@ pub fn capture_from_history(
     ring
 }
 
-/// The records of `from` that `keep` accepts, and how many.
-fn kept(from: &[u8], keep: impl Fn(&[u8]) -> bool) -> (Vec<u8>, u64) {
-    let mut out = Vec::with_capacity(from.len());
-    let mut count = 0;
-    for (_, record) in crate::ring::records(from).map_while(Result::ok) {
-        if keep(record) {
-            out.extend_from_slice(record);
+/// Keeps the records of `records` that `keep` accepts, moved down in
+/// place (a window cut from the history can be hundreds of MiB: a copy
+/// would double the dump's peak memory); returns how many. A torn tail is
+/// dropped.
+fn retain_records(records: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) -> u64 {
+    let (mut read, mut write, mut count) = (0, 0, 0);
+    while let Some(Ok((_, record))) = crate::ring::records(&records[read..]).next() {
+        let (size, kept) = (record.len(), keep(record));
+        if kept {
+            records.copy_within(read..read + size, write);
+            write += size;
             count += 1;
         }
+        read += size;
     }
-    (out, count)
+    records.truncate(write);
+    count
 }
 
 /// What [`append_newer`] appended.
@@ -238,6 +247,26 @@ mod tests {
             held_to_ns: Some(held.1),
             ..HistoryWindow::default()
         }
+    }
+
+    #[test]
+    fn retaining_moves_the_kept_records_down_in_order_and_drops_a_torn_tail() {
+        let mut records: Vec<u8> = [
+            sample_at(1, 10, 0),
+            sample_at(9, 20, 0),
+            sample_at(1, 30, 0),
+            sample_at(9, 40, 0),
+            sample_at(1, 50, 0),
+        ]
+        .concat();
+        records.extend_from_slice(&sample_at(1, 60, 0)[..12]);
+        let count = retain_records(&mut records, |r| RecordLayouts::identifier(r) == Some(1));
+        assert_eq!(count, 3);
+        assert_eq!(times(&records), vec![10, 30, 50]);
+        assert_eq!(records.len(), 3 * sample_at(1, 0, 0).len());
+        let mut none = sample_at(9, 1, 0);
+        assert_eq!(retain_records(&mut none, |_| false), 0);
+        assert!(none.is_empty());
     }
 
     #[test]
