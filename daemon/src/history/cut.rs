@@ -149,7 +149,12 @@ struct Appended {
 }
 
 /// Appends to `out` the records of `from` newer than `after_ns`.
-fn append_newer(out: &mut Vec<u8>, from: &[u8], layouts: &RecordLayouts, after_ns: u64) -> Appended {
+fn append_newer(
+    out: &mut Vec<u8>,
+    from: &[u8],
+    layouts: &RecordLayouts,
+    after_ns: u64,
+) -> Appended {
     let mut appended = Appended::default();
     for (_, record) in crate::ring::records(from).map_while(Result::ok) {
         if let (Some(t), _) = layouts.time_and_cpu(record)
@@ -180,7 +185,10 @@ mod tests {
 
     /// A sample of event `id` at `time` on `cpu`.
     fn sample_at(id: u64, time: u64, cpu: u32) -> Vec<u8> {
-        with_words(record_type::SAMPLE, &[id, 1 | (1 << 32), time, u64::from(cpu)])
+        with_words(
+            record_type::SAMPLE,
+            &[id, 1 | (1 << 32), time, u64::from(cpu)],
+        )
     }
 
     fn times(records: &[u8]) -> Vec<u64> {
@@ -213,7 +221,11 @@ mod tests {
 
     /// A ring CPU's records, newest first as a backward ring gives them.
     fn ring_cpu(cpu: u32, times: &[u64]) -> CpuCapture {
-        let records: Vec<u8> = times.iter().rev().flat_map(|&t| sample_at(1, t, cpu)).collect();
+        let records: Vec<u8> = times
+            .iter()
+            .rev()
+            .flat_map(|&t| sample_at(1, t, cpu))
+            .collect();
         CpuCapture {
             cpu,
             event_id: 1,
@@ -277,7 +289,12 @@ mod tests {
         // History of CPU 0 written by an earlier run (id 2) and by an event
         // no longer configured (id 9).
         let mut window = history(&[(0, &[100, 200], 2)], (100, 300));
-        window.cpus.get_mut(&0).unwrap().records.extend(sample_at(9, 250, 0));
+        window
+            .cpus
+            .get_mut(&0)
+            .unwrap()
+            .records
+            .extend(sample_at(9, 250, 0));
         let ring = ring_capture(vec![ring_cpu(0, &[1000])], 1000);
         let cut = capture_from_history(ring, window, 100, 300);
         assert_eq!(cut.events[0].ids, vec![1, 2]);
