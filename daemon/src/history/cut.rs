@@ -124,10 +124,7 @@ pub fn capture_from_history(
 /// dropped.
 fn retain_records(records: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) -> u64 {
     let (mut read, mut write, mut count) = (0, 0, 0);
-    loop {
-        let Some(Ok((_, record))) = crate::ring::records(&records[read..]).next() else {
-            break;
-        };
+    while let Some(Ok((_, record))) = crate::ring::records(&records[read..]).next() {
         let (size, kept) = (record.len(), keep(record));
         if kept {
             records.copy_within(read..read + size, write);
