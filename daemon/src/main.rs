@@ -42,6 +42,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any thread: a dump's large buffers go back to the kernel.
+    flightrecd::perf::heap::map_large_blocks_apart();
     match daemon::run(source, loaded) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
