@@ -3,12 +3,14 @@
 //! Generated at build time from `proto/flightrec.proto` (see `build.rs`; no
 //! `protoc` needed). The daemon serves it over a Unix socket and `snapctl`
 //! is its client. [`object`]: the names and headers of snapshots uploaded
-//! by the fleet, which `snapctl fleet` reads.
+//! by the fleet, which `snapctl fleet` reads. [`sidecar`]: the file beside
+//! each snapshot that says what triggered it.
 
 #![forbid(unsafe_code)]
 
 pub mod codec;
 pub mod object;
+pub mod sidecar;
 
 /// Messages and the client/server stubs of `flightrec.v1`.
 #[allow(clippy::all, missing_docs)]

@@ -27,6 +27,8 @@ pub struct PageContext {
     pub title: String,
     /// What triggered it (`sigusr2`, `api`, a trigger's name), when known.
     pub trigger: Option<String>,
+    /// What the conditions that triggered it matched, when one did.
+    pub matched: Option<String>,
     /// When its rings were frozen, ns since the Unix epoch.
     pub trigger_unix_ns: Option<i64>,
 }
@@ -106,6 +108,9 @@ fn header(snap: &Snapshot, names: &Names, ctx: &PageContext) -> Vec<Value> {
             }
         ]),
     ];
+    if let Some(m) = &ctx.matched {
+        rows.push(json!(["matched", m]));
+    }
     let span = snap.last_ns.saturating_sub(snap.first_ns);
     rows.push(json!([
         "window",
@@ -363,7 +368,8 @@ mod tests {
         let (snap, names) = snap();
         let ctx = PageContext {
             title: "web1-x".into(),
-            trigger: Some("signal".into()),
+            trigger: Some("condition:oom".into()),
+            matched: Some("condition:oom: oom:mark_victim on CPU 0 by pid 9 (</script>)".into()),
             trigger_unix_ns: Some(1_000_000_000_200),
         };
         let page = page(&snap, &names, &ctx);
@@ -376,6 +382,20 @@ mod tests {
             .map(|s| s.as_str().unwrap())
             .collect();
         assert!(strings.contains(&"</script><script>alert(1)</script>"));
+        let header = data["header"].as_array().unwrap();
+        assert!(
+            header[2][1]
+                .as_str()
+                .unwrap()
+                .starts_with("condition:oom, rings frozen at ")
+        );
+        assert_eq!(
+            header[3],
+            json!([
+                "matched",
+                "condition:oom: oom:mark_victim on CPU 0 by pid 9 (</script>)"
+            ])
+        );
         // The trigger, on the sample clock, relative to the first record.
         assert_eq!(data["timeline"]["trigger"], 100);
         assert_eq!(data["timeline"]["cpus"], json!([1]));

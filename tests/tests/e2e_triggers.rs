@@ -138,6 +138,31 @@ cooldown = "1h"
     let snaps = wait_snapshots(&d, "condition:probe-exec", 1, Duration::from_secs(30));
     assert_eq!(snaps[0]["trigger"], "condition:probe-exec");
     assert_eq!(snaps[0]["label"], "probe");
+    // What matched is kept with the snapshot: in the list, and in the
+    // report's header, whether the report is asked for by id or by file.
+    let matched = snaps[0]["matched"].as_str().unwrap();
+    assert!(
+        matched.starts_with("condition:probe-exec: sched:sched_process_exec on CPU "),
+        "{matched}"
+    );
+    let id = snaps[0]["id"].as_str().unwrap();
+    for (asked, page) in [
+        (id, "by-id.html"),
+        (snaps[0]["path"].as_str().unwrap(), "by-file.html"),
+    ] {
+        let page = d.dir.path().join(page);
+        let out = d.snapctl(&["report", asked, "-o", page.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            html.contains(r#"["matched",""#) && html.contains(matched),
+            "{asked}: no match in the header"
+        );
+    }
     // The snapshot holds the exec that fired it.
     let script = perf_script(Path::new(snaps[0]["path"].as_str().unwrap()), &[]);
     assert!(

@@ -14,6 +14,7 @@ pub fn snapshot_json(s: &pb::Snapshot) -> Value {
         "compressed": s.compressed,
         "label": s.label,
         "trigger": s.trigger,
+        "matched": s.matched,
         "created_unix_ns": s.created_unix_ns,
         "seq": s.seq,
     })
@@ -240,6 +241,7 @@ mod tests {
             trigger: "api".into(),
             created_unix_ns: 1_795_212_693_000_000_000,
             seq: 1,
+            matched: String::new(),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use flightrec_proto::sidecar::{self, Sidecar};
 use flightrec_proto::v1 as pb;
 
 use super::daemon::Daemon;
@@ -50,10 +51,25 @@ pub(super) async fn report(
     let (path, info) = snapshot_info(daemon, snapshot).await?;
     let id = snapshot_id(&path);
     let out = output.unwrap_or_else(|| format!("{id}.html").into());
+    // A file named on the command line has no entry in the daemon's list:
+    // its sidecar, when it lies beside it, says the same.
+    let side = match &info {
+        Some(i) => Some(Sidecar {
+            trigger: i.trigger.clone(),
+            matched: i.matched.clone(),
+            created_unix_ns: i.created_unix_ns,
+            uploads: Vec::new(),
+        }),
+        None => sidecar_beside(&path),
+    };
     let ctx = flightrec_report::PageContext {
         title: id,
-        trigger: info.as_ref().map(|i| i.trigger.clone()),
-        trigger_unix_ns: info.as_ref().map(|i| i.created_unix_ns),
+        trigger: side.as_ref().map(|s| s.trigger.clone()),
+        matched: side
+            .as_ref()
+            .map(|s| s.matched.clone())
+            .filter(|m| !m.is_empty()),
+        trigger_unix_ns: side.as_ref().map(|s| s.created_unix_ns),
     };
     let sources = symbols.sources();
     let written =
@@ -164,6 +180,17 @@ async fn snapshot_info(
     }
 }
 
+/// The sidecar the daemon wrote beside snapshot file `path`, if it is
+/// there, readable and a regular file (not followed as a link); anything
+/// else is as if there were none.
+fn sidecar_beside(path: &Path) -> Option<Sidecar> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let side = dir.join(sidecar::file_name(&snapshot_id(path)));
+    let (mut f, _) = flightrec_files::open_regular(&side, flightrec_files::Links::Refuse).ok()?;
+    let bytes = flightrec_files::untrusted::read_small(&mut f, sidecar::MAX_BYTES).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// The id of a snapshot file name (`ID.perf.data`).
 fn snapshot_id(path: &Path) -> String {
     let name = path
@@ -188,6 +215,30 @@ mod tests {
         assert!(is_file_name("./x"));
         assert!(is_file_name("h-20261120T221133Z-000001.perf.data"));
         assert!(!is_file_name("h-20261120T221133Z-000001"));
+    }
+
+    #[test]
+    fn a_sidecar_beside_a_file_is_read_and_a_link_or_garbage_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("h-20261120T221133Z-000001.perf.data");
+        assert_eq!(sidecar_beside(&file), None);
+        let side = dir.path().join(".h-20261120T221133Z-000001.meta");
+        std::fs::write(
+            &side,
+            r#"{"trigger":"condition:oom","matched":"oom:mark_victim on CPU 0 by pid 9 (x)","created_unix_ns":7}"#,
+        )
+        .unwrap();
+        let s = sidecar_beside(&file).unwrap();
+        assert_eq!(s.trigger, "condition:oom");
+        assert_eq!(s.matched, "oom:mark_victim on CPU 0 by pid 9 (x)");
+        assert_eq!(s.created_unix_ns, 7);
+        std::fs::write(&side, "not json").unwrap();
+        assert_eq!(sidecar_beside(&file), None);
+        std::fs::remove_file(&side).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, r#"{"trigger":"api","created_unix_ns":1}"#).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &side).unwrap();
+        assert_eq!(sidecar_beside(&file), None, "a link is not followed");
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub fn snapshot_pb(s: &SnapshotInfo) -> pb::Snapshot {
         trigger: s.trigger.clone(),
         created_unix_ns: s.created_unix_ns,
         seq: s.seq,
+        matched: s.matched.clone(),
     }
 }
 

@@ -507,6 +507,7 @@ mod tests {
             compressed: false,
             label: None,
             trigger: "api".into(),
+            matched: String::new(),
             created_unix_ns,
             seq: 0,
             pending_uploads: Vec::new(),

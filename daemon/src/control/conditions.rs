@@ -176,6 +176,7 @@ impl State {
                     None,
                 );
                 t.delay = fired.delay;
+                t.matched = Some(fired.matched.clone());
                 // The window starts `before` the firing; the end stays
                 // open: post_trigger_delay plays `after`.
                 t.window.start_unix_ns = fired.before.map(|b| {

@@ -194,7 +194,12 @@ impl State {
         };
         let reservation = cur
             .store
-            .reserve(spec.label.as_deref(), &spec.trigger, frozen_at)
+            .reserve(
+                spec.label.as_deref(),
+                &spec.trigger,
+                &spec.matched,
+                frozen_at,
+            )
             .map_err(|e| match e {
                 StoreError::InvalidLabel { .. } => DumpFailure::InvalidLabel(e.to_string()),
                 e if e.is_disk_full() => DumpFailure::DiskFull(format!(

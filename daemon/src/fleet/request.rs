@@ -304,6 +304,7 @@ mod tests {
             compressed: false,
             label: Some("x".into()),
             trigger: "fleet".into(),
+            matched: String::new(),
             created_unix_ns: 17,
             seq: 1,
             pending_uploads: Vec::new(),

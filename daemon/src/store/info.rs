@@ -6,12 +6,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use super::{SnapshotName, Store, StoreError, parse_id, read_compressed_flag};
-
-/// A sidecar is a few hundred bytes; more is not one of ours.
-const MAX_SIDECAR_BYTES: usize = 64 << 10;
 
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +18,9 @@ pub struct SnapshotInfo {
     pub label: Option<String>,
     /// "api", "signal", ... or "unknown" when the sidecar is missing.
     pub trigger: String,
+    /// What the conditions that triggered it matched; empty without one
+    /// (or a sidecar written before this was kept).
+    pub matched: String,
     pub created_unix_ns: i64,
     pub seq: u64,
     /// Destinations ("jetstream", "s3") it still waits to be uploaded to.
@@ -30,16 +28,7 @@ pub struct SnapshotInfo {
 }
 
 /// The sidecar `.<id>.meta`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Meta {
-    pub(super) trigger: String,
-    pub(super) created_unix_ns: i64,
-    /// The upload queue: destinations not reached yet. Written with the
-    /// sidecar, before the snapshot exists, so a crash at any point leaves
-    /// either no snapshot or one still queued.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) uploads: Vec<String>,
-}
+pub(super) type Meta = flightrec_proto::sidecar::Sidecar;
 
 impl Store {
     /// The snapshot named `n`, if it is a regular file the daemon owns
@@ -70,6 +59,9 @@ impl Store {
             trigger: meta
                 .as_ref()
                 .map_or_else(|| "unknown".to_string(), |m| m.trigger.clone()),
+            matched: meta
+                .as_ref()
+                .map_or_else(String::new, |m| m.matched.clone()),
             created_unix_ns: meta.map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
                 m.created_unix_ns
             }),
@@ -90,7 +82,7 @@ impl Store {
                 format!("{} is not the daemon's", path.display()),
             ));
         }
-        flightrec_files::untrusted::read_small(&mut f, MAX_SIDECAR_BYTES)
+        flightrec_files::untrusted::read_small(&mut f, flightrec_proto::sidecar::MAX_BYTES)
     }
 
     /// The snapshot with this id (as `List` gives it).

@@ -12,6 +12,8 @@ use super::{SnapshotName, Store, StoreError, unix_ns, validate_label};
 pub struct Reservation {
     pub name: SnapshotName,
     pub trigger: String,
+    /// What the conditions among its triggers matched; empty without one.
+    pub matched: String,
     pub created_unix_ns: i64,
 }
 
@@ -31,6 +33,7 @@ impl Store {
         &self,
         label: Option<&str>,
         trigger: &str,
+        matched: &str,
         now: SystemTime,
     ) -> Result<Reservation, StoreError> {
         if let Some(l) = label {
@@ -52,10 +55,12 @@ impl Store {
                 label: label.map(str::to_string),
             },
             trigger: trigger.to_string(),
+            matched: matched.to_string(),
             created_unix_ns,
         };
         let meta = Meta {
             trigger: r.trigger.clone(),
+            matched: r.matched.clone(),
             created_unix_ns,
             uploads: self.upload_destinations(),
         };
@@ -84,7 +89,7 @@ mod tests {
         let u = store.usage().unwrap();
         assert_eq!((u.snapshots, u.bytes), (0, 0));
         assert!(u.disk_free_bytes > 0);
-        let r = store.reserve(None, "api", SystemTime::now()).unwrap();
+        let r = store.reserve(None, "api", "", SystemTime::now()).unwrap();
         let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o750);
         assert!(d.join(format!(".{}.meta", r.id())).exists());

@@ -79,6 +79,9 @@ pub struct Trigger<W> {
     pub at: Instant,
     /// The part of the past it asks for; open: all the rings hold.
     pub window: WallWindow,
+    /// What a condition matched (the event and task, the stall, the
+    /// losses), for the snapshot's sidecar and report.
+    pub matched: Option<String>,
     pub waiter: Option<W>,
 }
 
@@ -97,6 +100,7 @@ impl<W> Trigger<W> {
             delay: None,
             at: Instant::now(),
             window: WallWindow::default(),
+            matched: None,
             waiter,
         }
     }
@@ -111,6 +115,9 @@ pub struct DumpSpec {
     pub trigger: String,
     /// What the triggers were, each once.
     pub kinds: Vec<TriggerKind>,
+    /// What the conditions among them matched, `condition:<name>: <what>`
+    /// for the first firing of each, joined by "; "; empty without one.
+    pub matched: String,
     pub label: Option<String>,
     pub compress: Option<bool>,
     /// Triggers served by this dump.
@@ -134,6 +141,8 @@ pub struct Batch<W> {
     window_due: Option<Instant>,
     window: WallWindow,
     pub kinds: Vec<TriggerKind>,
+    /// What each condition's first firing in the batch matched.
+    matched: Vec<String>,
     pub label: Option<String>,
     pub compress: Option<bool>,
     pub triggers: usize,
@@ -149,6 +158,7 @@ impl<W> Batch<W> {
             window_due: None,
             window: WallWindow::default(),
             kinds: Vec::new(),
+            matched: Vec::new(),
             label: None,
             compress: None,
             triggers: 0,
@@ -177,6 +187,9 @@ impl<W> Batch<W> {
             }
         }
         if !self.kinds.contains(&t.kind) {
+            if let Some(m) = t.matched {
+                self.matched.push(format!("{}: {m}", t.kind.describe()));
+            }
             self.kinds.push(t.kind);
             self.kinds.sort();
         }
@@ -216,6 +229,7 @@ impl<W> Batch<W> {
                 .collect::<Vec<_>>()
                 .join("+"),
             kinds: self.kinds.clone(),
+            matched: self.matched.join("; "),
             label: self.label.clone(),
             compress: self.compress,
             triggers: self.triggers,
@@ -456,6 +470,38 @@ mod tests {
         assert_eq!(spec.label.as_deref(), Some("x"));
         assert_eq!(spec.triggers, 1);
         assert!(matches!(s.poll(t0), Step::Busy));
+    }
+
+    #[test]
+    fn what_each_condition_first_matched_is_kept_for_the_snapshot() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(timing(0, 50));
+        let fired = |name: &str, matched: &str, w| {
+            let mut x = t(TriggerKind::Condition(name.into()), None, false, w);
+            x.matched = Some(matched.into());
+            at(t0, x)
+        };
+        s.trigger(fired("oom", "oom:mark_victim pid 42 (java)", 1));
+        s.trigger(at(t0, t(TriggerKind::Signal, None, false, 2)));
+        // A second firing of the same condition adds nothing.
+        s.trigger(fired("oom", "oom:mark_victim pid 43 (java)", 3));
+        s.trigger(fired("stall", "pressure some avg10=40.00", 4));
+        let Step::Start(b) = s.poll(t0 + 50 * MS) else {
+            panic!("should start after the delay");
+        };
+        let spec = b.spec(t0 + 50 * MS);
+        assert_eq!(spec.trigger, "signal+condition:oom+condition:stall");
+        assert_eq!(
+            spec.matched,
+            "condition:oom: oom:mark_victim pid 42 (java); condition:stall: pressure some avg10=40.00"
+        );
+        // Without a condition there is nothing to say.
+        let mut s = Scheduler::new(timing(0, 0));
+        s.trigger(at(t0, t(TriggerKind::Api, None, false, 1)));
+        let Step::Start(b) = s.poll(t0) else {
+            panic!("should start");
+        };
+        assert_eq!(b.spec(t0).matched, "");
     }
 
     #[test]

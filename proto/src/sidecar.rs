@@ -1,0 +1,61 @@
+//! The sidecar `.<id>.meta` the daemon writes beside each snapshot (JSON):
+//! what triggered it, what a condition matched, when, and the uploads it
+//! still waits for. `snapctl report FILE` reads it when it lies beside the
+//! file, as it does in the output directory.
+
+use serde::{Deserialize, Serialize};
+
+/// A sidecar is a few hundred bytes; more is not one of ours.
+pub const MAX_BYTES: usize = 64 << 10;
+
+/// The sidecar's contents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sidecar {
+    /// "api", "signal", "condition:<name>", "fleet", or several joined by "+".
+    pub trigger: String,
+    /// What the conditions among the triggers matched; empty without one
+    /// (and in sidecars written before it was kept).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub matched: String,
+    /// When the rings were frozen, ns since the Unix epoch.
+    pub created_unix_ns: i64,
+    /// The upload queue: destinations not reached yet. Written with the
+    /// sidecar, before the snapshot exists, so a crash at any point leaves
+    /// either no snapshot or one still queued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uploads: Vec<String>,
+}
+
+/// The sidecar's file name for snapshot `id`.
+pub fn file_name(id: &str) -> String {
+    format!(".{id}.meta")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecars_without_matched_or_uploads_read_back_and_omit_them() {
+        let old = r#"{"trigger":"signal","created_unix_ns":5}"#;
+        let s: Sidecar = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            s,
+            Sidecar {
+                trigger: "signal".into(),
+                matched: String::new(),
+                created_unix_ns: 5,
+                uploads: vec![],
+            }
+        );
+        assert_eq!(serde_json::to_string(&s).unwrap(), old);
+        let full = Sidecar {
+            matched: "condition:oom: oom:mark_victim on CPU 1 by pid 7 (java)".into(),
+            uploads: vec!["s3".into()],
+            ..s
+        };
+        let back: Sidecar = serde_json::from_slice(&serde_json::to_vec(&full).unwrap()).unwrap();
+        assert_eq!(back, full);
+        assert_eq!(file_name("h-1"), ".h-1.meta");
+    }
+}
