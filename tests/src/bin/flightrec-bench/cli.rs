@@ -18,8 +18,8 @@ pub struct Args {
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
     /// memory, loss, lookback, fleet; compress-priority, history (8
-    /// minutes), soak (20 minutes), offcpu (the cost of sched_switch call
-    /// chains) and report (`snapctl report`/`export` vs `perf report`),
+    /// minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
+    /// sched_switch call chains or switch records) and report (`snapctl report`/`export` vs `perf report`),
     /// only when named).
     #[arg(
         long,

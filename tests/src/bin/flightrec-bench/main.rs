@@ -82,12 +82,22 @@ fn main() -> Result<()> {
         sections.push(scenarios::history(&args)?);
     }
     if args.wants("offcpu") {
-        // What call chains on sched_switch (off-CPU stacks) cost: the same
-        // tables as sections 1 and 2 with them on.
+        // What the two ways to off-CPU time cost, call chains on
+        // sched_switch and switch records, against neither, in one run:
+        // the tables of sections 1 and 2 for each.
+        let sets = [
+            EventSet::SwitchAndClock,
+            EventSet::OffCpu,
+            EventSet::SwitchRecords,
+        ];
         for workload in [Workload::Messaging, Workload::Pipe] {
-            sections.push(scenarios::overhead(&args, EventSet::OffCpu, workload)?);
+            for events in sets {
+                sections.push(scenarios::overhead(&args, events, workload)?);
+            }
         }
-        sections.push(scenarios::snapshot(&args, 4 * MIB, EventSet::OffCpu)?);
+        for events in sets {
+            sections.push(scenarios::snapshot(&args, 4 * MIB, events)?);
+        }
     }
     if args.wants("report") {
         for ring in [4 * MIB, 32 * MIB] {

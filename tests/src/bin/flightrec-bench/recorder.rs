@@ -20,6 +20,10 @@ pub enum EventSet {
     /// `sched:sched_switch` with call chains (the stacks off-CPU time is
     /// charged to) + `cpu-clock` at 999 Hz with call chains.
     OffCpu,
+    /// `sched:sched_switch` + `cpu-clock` at 999 Hz with call chains, and a
+    /// PERF_RECORD_SWITCH_CPU_WIDE record for every context switch (what
+    /// samply and hotspot compute off-CPU time from).
+    SwitchRecords,
 }
 
 impl EventSet {
@@ -28,6 +32,7 @@ impl EventSet {
             EventSet::SwitchAndClock => "sched_switch+cpu-clock/999Hz -g",
             EventSet::SwitchOnly => "sched_switch",
             EventSet::OffCpu => "sched_switch -g+cpu-clock/999Hz -g",
+            EventSet::SwitchRecords => "sched_switch+cpu-clock/999Hz -g+switch records",
         }
     }
 
@@ -46,6 +51,13 @@ impl EventSet {
                 "-e",
                 "cpu-clock/freq=999,call-graph=fp/",
             ],
+            EventSet::SwitchRecords => vec![
+                "--switch-events",
+                "-e",
+                "sched:sched_switch",
+                "-e",
+                "cpu-clock/freq=999,call-graph=fp/",
+            ],
         }
     }
 
@@ -57,6 +69,9 @@ impl EventSet {
             EventSet::SwitchOnly => "[[event]]\nname = \"sched:sched_switch\"\n",
             EventSet::OffCpu => {
                 "[[event]]\nname = \"sched:sched_switch\"\ncallchain = true\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
+            }
+            EventSet::SwitchRecords => {
+                "[[event]]\nname = \"sched:sched_switch\"\ncontext_switch = true\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
             }
         }
     }
@@ -88,6 +103,8 @@ pub struct Setup {
     /// (`perf record -a -z --switch-output=SIZE --switch-max-files=N`, no
     /// `--overwrite`).
     pub disk_ring: Option<u64>,
+    /// `cpu-clock`'s frequency instead of 999 Hz (both tools).
+    pub clock_hz: Option<u32>,
 }
 
 /// Files in perf's disk ring (`--switch-max-files`).
@@ -112,6 +129,27 @@ impl Setup {
             lossless_freeze: true,
             fleet: None,
             disk_ring: None,
+            clock_hz: None,
+        }
+    }
+
+    /// The events' flightrec config, at `clock_hz`.
+    fn flightrec_events(&self) -> String {
+        let toml = self.events.flightrec_toml();
+        match self.clock_hz {
+            Some(hz) => toml.replace("frequency = 999", &format!("frequency = {hz}")),
+            None => toml.to_string(),
+        }
+    }
+
+    /// The events' perf arguments, at `clock_hz`.
+    fn perf_events(&self) -> Vec<String> {
+        let args = self.events.perf_args().into_iter();
+        match self.clock_hz {
+            Some(hz) => args
+                .map(|a| a.replace("freq=999", &format!("freq={hz}")))
+                .collect(),
+            None => args.map(str::to_string).collect(),
         }
     }
 }
@@ -214,7 +252,7 @@ impl Recorder {
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
                         lossless = setup.lossless_freeze,
-                        events = setup.events.flightrec_toml(),
+                        events = setup.flightrec_events(),
                     ),
                 )?;
                 Command::new(flightrec_tests::bin_path("flightrecd"))
@@ -242,7 +280,7 @@ impl Recorder {
                 };
                 cmd.arg("-m")
                     .arg(pages.to_string())
-                    .args(setup.events.perf_args())
+                    .args(setup.perf_events())
                     .arg("-o")
                     .arg(snapshots.join("perf.data"));
                 if let Some(level) = setup.compression {

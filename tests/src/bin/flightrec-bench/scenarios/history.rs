@@ -4,10 +4,11 @@
 //! (sched_switch + cpu-clock 999 Hz with call chains) and the same fixed
 //! workload (`perf bench sched messaging -g 10`): the workload's slowdown,
 //! the recorder's CPU per recorded CPU, records lost, disk bytes per
-//! minute and how far back 1 GiB reaches. Then flightrec alone, recording
-//! under the light load for `--history-minutes` (default 6): the time of
-//! `snapctl dump --at -5m --before 10s` and of a dump of everything the
-//! history holds, and the daemon's RSS.
+//! minute and how far back 1 GiB reaches. Then the load at which each
+//! starts losing records: the same workload with `cpu-clock` at rising
+//! frequencies. Then flightrec alone, recording under the light load for
+//! `--history-minutes` (default 11): the time and peak RSS of
+//! `snapctl dump --at -5m --before 10s` and of a whole 10-minute window.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -54,28 +55,31 @@ struct Phase {
     cpu_per_cpu: f64,
     lost_per_min: f64,
     bytes_per_min: f64,
+    /// Records streamed per recorded CPU, MiB/s before compression
+    /// (flightrec's count; 0 for perf).
+    raw_mib_per_sec_per_cpu: f64,
 }
 
 /// The workload under one recorder writing its disk ring.
-fn under(kind: Kind, args: &Args, workload: Workload) -> Result<Phase> {
-    let setup = Setup {
-        disk_ring: Some(BUDGET),
-        ..Setup::switch_and_clock(4 * MIB)
-    };
+fn under(kind: Kind, args: &Args, workload: Workload, setup: Setup) -> Result<Phase> {
     let recorder = Recorder::start(kind, setup)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpu0 = procfs::cpu_seconds(recorder.pid())?;
-    let (lost0, stored0) = history_counters(&recorder)?;
+    let before = history_counters(&recorder)?;
     let wall = workload.run(args.quick)?.as_secs_f64();
     let cpu1 = procfs::cpu_seconds(recorder.pid())?;
-    let (bytes, lost) = match kind {
+    let (bytes, lost, raw) = match kind {
         Kind::Flightrec => {
             // What was recorded during the run reaches the disk within a
             // second; count it.
             std::thread::sleep(Duration::from_millis(1500));
-            let (lost1, stored1) = history_counters(&recorder)?;
+            let after = history_counters(&recorder)?;
             recorder.stop()?;
-            (stored1 - stored0, lost1 - lost0)
+            (
+                after.stored - before.stored,
+                after.lost - before.lost,
+                after.raw - before.raw,
+            )
         }
         Kind::Perf => {
             let (_dir, files) = recorder.stop_keeping_files()?;
@@ -85,7 +89,7 @@ fn under(kind: Kind, args: &Args, workload: Workload) -> Result<Phase> {
                 .filter_map(|f| std::fs::metadata(f).ok())
                 .map(|m| m.len())
                 .sum::<u64>();
-            (bytes, perf_lost(&files)?)
+            (bytes, perf_lost(&files)?, 0)
         }
     };
     let minutes = wall / 60.0;
@@ -94,21 +98,39 @@ fn under(kind: Kind, args: &Args, workload: Workload) -> Result<Phase> {
         cpu_per_cpu: 100.0 * (cpu1 - cpu0) / wall / cpus,
         lost_per_min: lost as f64 / minutes,
         bytes_per_min: bytes as f64 / minutes,
+        raw_mib_per_sec_per_cpu: raw as f64 / MIB as f64 / wall / cpus,
     })
 }
 
-/// Sample records the history lost and bytes it wrote (flightrec; zeros
-/// for perf).
-fn history_counters(recorder: &Recorder) -> Result<(u64, u64)> {
+#[derive(Default)]
+struct Counters {
+    lost: u64,
+    stored: u64,
+    raw: u64,
+}
+
+/// Sample records the history lost, bytes it wrote and bytes of records
+/// it took (flightrec; zeros for perf).
+fn history_counters(recorder: &Recorder) -> Result<Counters> {
     if recorder.kind != Kind::Flightrec {
-        return Ok((0, 0));
+        return Ok(Counters::default());
     }
     let (status, _) = recorder.snapctl_json(&["status"])?;
     let h = &status["history"];
-    Ok((
-        h["lost"].as_u64().unwrap_or(0),
-        h["stored_bytes"].as_u64().unwrap_or(0),
-    ))
+    Ok(Counters {
+        lost: h["lost"].as_u64().unwrap_or(0),
+        stored: h["stored_bytes"].as_u64().unwrap_or(0),
+        raw: h["raw_bytes"].as_u64().unwrap_or(0),
+    })
+}
+
+/// The disk-ring setup of both tools, `cpu-clock` at `clock_hz`.
+fn streaming(clock_hz: Option<u32>, budget: u64) -> Setup {
+    Setup {
+        disk_ring: Some(budget),
+        clock_hz,
+        ..Setup::switch_and_clock(4 * MIB)
+    }
 }
 
 pub fn history(args: &Args) -> Result<Section> {
@@ -123,7 +145,7 @@ pub fn history(args: &Args) -> Result<Section> {
                 Under::Bare => wall[0].push(workload.run(args.quick)?.as_secs_f64()),
                 Under::Tool(kind) => {
                     let i = kind as usize;
-                    let p = under(kind, args, workload)?;
+                    let p = under(kind, args, workload, streaming(None, BUDGET))?;
                     wall[1 + i].push(p.wall);
                     cpu[i].push(p.cpu_per_cpu);
                     lost[i].push(p.lost_per_min);
@@ -172,6 +194,7 @@ pub fn history(args: &Args) -> Result<Section> {
             target: ">= 1.0",
         },
     ]);
+    rows.extend(loss_onset(args, workload)?);
     rows.extend(long_history(args)?);
     Ok(Section {
         title: format!(
@@ -183,30 +206,105 @@ pub fn history(args: &Args) -> Result<Section> {
     })
 }
 
+/// `cpu-clock` frequencies of the loss ramp (call chains on every sample).
+const RAMP_HZ: [u32; 4] = [999, 4999, 19999, 49999];
+
+/// The same workload with `cpu-clock` at rising frequencies, a 1 GiB
+/// budget (no file of perf's ring is deleted before it is counted): the
+/// records lost per minute by each tool at each step, and the first step
+/// at which each loses any.
+fn loss_onset(args: &Args, workload: Workload) -> Result<Vec<Row>> {
+    // The kernel lowers its limit when sampling interrupts take too long;
+    // a frequency above it is refused, so each step reads it again.
+    let max_hz = || -> u32 {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(u32::MAX)
+    };
+    let mut rows = Vec::new();
+    let mut onset: [Option<u32>; 2] = [None, None];
+    let mut steps = Vec::new();
+    for hz in RAMP_HZ {
+        if hz > max_hz() {
+            eprintln!(
+                "skipping {hz} Hz: above kernel.perf_event_max_sample_rate ({})",
+                max_hz()
+            );
+            continue;
+        }
+        steps.push(hz);
+        let mut lost: [Vec<f64>; 2] = Default::default();
+        let mut rate = Vec::new();
+        for run in 0..args.runs {
+            for &mode in alternate(run, &UNDER) {
+                if let Under::Tool(kind) = mode {
+                    let p = under(kind, args, workload, streaming(Some(hz), 1 << 30))?;
+                    lost[kind as usize].push(p.lost_per_min);
+                    if kind == Kind::Flightrec {
+                        rate.push(p.raw_mib_per_sec_per_cpu);
+                    }
+                }
+            }
+        }
+        let [fr, pf] = lost.map(|v| Summary::of(&v));
+        for (i, s) in [&fr, &pf].into_iter().enumerate() {
+            if onset[i].is_none() && s.as_ref().is_some_and(|s| s.max > 0.0) {
+                onset[i] = Some(hz);
+            }
+        }
+        rows.push(Row {
+            metric: format!(
+                "cpu-clock at {hz} Hz -g ({} MiB/s of records per CPU): records lost per minute",
+                show(Summary::of(&rate), "", 1)
+            ),
+            flightrec: show(fr, "", 0),
+            perf: show(pf, "", 0),
+            ratio: None,
+            target: "0",
+        });
+    }
+    let last = steps.last().copied().unwrap_or(0);
+    let first_loss = |o: Option<u32>| match o {
+        Some(hz) => format!("{hz} Hz"),
+        None => format!("none up to {last} Hz"),
+    };
+    rows.push(Row {
+        metric: "first cpu-clock frequency with a record lost (any run)".into(),
+        flightrec: first_loss(onset[0]),
+        perf: first_loss(onset[1]),
+        ratio: None,
+        target: "",
+    });
+    Ok(rows)
+}
+
 /// flightrec alone: minutes of history under the light load, then windows
 /// cut from it.
 fn long_history(args: &Args) -> Result<Vec<Row>> {
     let minutes = args
         .history_minutes
-        .unwrap_or(if args.quick { 1 } else { 6 });
-    let setup = Setup {
-        disk_ring: Some(1 << 30),
-        ..Setup::switch_and_clock(4 * MIB)
-    };
-    let recorder = Recorder::start(Kind::Flightrec, setup)?;
+        .unwrap_or(if args.quick { 1 } else { 11 });
+    let recorder = Recorder::start(Kind::Flightrec, streaming(None, 1 << 30))?;
     let load = BackgroundLoad::light()?;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(minutes * 60) {
         std::thread::sleep(Duration::from_secs(1));
     }
     drop(load);
+    let pid = recorder.pid();
+    let (rss, _) = procfs::rss_mib(pid)?;
     let back = if minutes >= 6 { "-5m" } else { "-30s" };
+    procfs::reset_peak_rss(pid)?;
     let (at, at_time) = recorder.snapctl_json(&["dump", "--at", back, "--before", "10s"])?;
-    let held = minutes * 60 - 5;
+    let (_, at_peak) = procfs::rss_mib(pid)?;
+    // A whole 10-minute window, or what a shorter run holds.
+    let held = (minutes * 60).saturating_sub(5).min(600);
+    procfs::reset_peak_rss(pid)?;
     let (all, all_time) =
         recorder.snapctl_json(&["dump", "--at", "-1s", "--before", &format!("{held}s")])?;
+    let (after, all_peak) = procfs::rss_mib(pid)?;
     let (status, _) = recorder.snapctl_json(&["status"])?;
-    let (rss, peak) = procfs::rss_mib(recorder.pid())?;
     recorder.stop()?;
     let secs = |d: Duration| Summary::of(&[d.as_secs_f64()]);
     let mib = |v: &serde_json::Value| v["bytes"].as_u64().unwrap_or(0) as f64 / MIB as f64;
@@ -223,8 +321,15 @@ fn long_history(args: &Args) -> Result<Vec<Row>> {
             target: "",
         },
         Row {
+            metric: "daemon peak RSS during that dump".into(),
+            flightrec: format!("{at_peak:.1} MiB"),
+            perf: none(),
+            ratio: None,
+            target: "",
+        },
+        Row {
             metric: format!(
-                "a dump of the {held} s the history holds ({:.1} MiB, {} records)",
+                "a dump of a whole {held} s window ({:.1} MiB, {} records)",
                 mib(&all),
                 all["records"]
             ),
@@ -234,11 +339,18 @@ fn long_history(args: &Args) -> Result<Vec<Row>> {
             target: "",
         },
         Row {
+            metric: "daemon peak RSS during that dump, and RSS after it".into(),
+            flightrec: format!("{all_peak:.1} MiB, {after:.1} MiB"),
+            perf: none(),
+            ratio: None,
+            target: "",
+        },
+        Row {
             metric: format!(
-                "daemon RSS after {minutes} min with history on (peak), history {:.1} MiB",
+                "daemon RSS after {minutes} min with history on, before the dumps (history {:.1} MiB)",
                 status["history"]["bytes"].as_u64().unwrap_or(0) as f64 / MIB as f64
             ),
-            flightrec: format!("{rss:.1} MiB ({peak:.1})"),
+            flightrec: format!("{rss:.1} MiB"),
             perf: none(),
             ratio: None,
             target: "",

@@ -1,8 +1,10 @@
 //! Scenario `report`: `snapctl report` and `snapctl export` of a snapshot
 //! taken under load (sched_switch with call chains and cpu-clock, the
 //! off-CPU set), timed against `perf report --stdio` on the same file, with
-//! the outputs' sizes. Run after the load stops: the tools run on an idle
-//! machine, one after another.
+//! the outputs' sizes, and how long the page takes to draw its timeline in
+//! headless Chromium (the whole window, and panning a zoomed view). Run
+//! after the load stops: the tools run on an idle machine, one after
+//! another.
 
 use std::process::Command;
 use std::time::Instant;
@@ -30,6 +32,74 @@ fn perf_report_secs(path: &std::path::Path) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Appended to a copy of the page: draws the timeline of the whole window
+/// 20 times (double-click), zooms in 10 steps of the wheel and pans 50
+/// times (drag), each frame timed, and writes the medians into the page.
+const PAN_PROBE: &str = r#"<script>
+(function () {
+  const c = document.getElementById("timeline"), r = c.getBoundingClientRect();
+  const at = (type, x, extra) => c.dispatchEvent(new MouseEvent(type, Object.assign({ bubbles: true, clientX: r.left + x, clientY: r.top + 30 }, extra || {})));
+  const median = (v) => { v.sort((a, b) => a - b); return v[v.length >> 1]; };
+  const timed = (n, f) => { const v = []; for (let i = 0; i < n; i++) { const t = performance.now(); f(i); v.push(performance.now() - t); } return median(v); };
+  const whole = timed(20, () => at("dblclick", 400));
+  for (let i = 0; i < 10; i++) c.dispatchEvent(new WheelEvent("wheel", { bubbles: true, cancelable: true, clientX: r.left + 400, clientY: r.top + 30, deltaY: -100 }));
+  at("mousedown", 600);
+  const pan = timed(50, (i) => at("mousemove", 600 + (i % 2 ? 40 : -40), { buttons: 1 }));
+  window.dispatchEvent(new MouseEvent("mouseup"));
+  const out = document.createElement("pre"); out.id = "pan-probe";
+  out.textContent = "whole=" + whole.toFixed(2) + " pan=" + pan.toFixed(2);
+  document.body.appendChild(out);
+})();
+</script>"#;
+
+/// Median milliseconds per timeline frame of `page` in headless Chromium:
+/// (the whole window, panning at 10 wheel steps of zoom).
+fn timeline_frame_ms(page: &std::path::Path, work: &std::path::Path) -> Result<(f64, f64)> {
+    let html = std::fs::read_to_string(page)?;
+    let probed = work.join("probed.html");
+    std::fs::write(
+        &probed,
+        html.replacen("</body>", &format!("{PAN_PROBE}</body>"), 1),
+    )?;
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--window-size=1400,1800",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            work.join("chromium").display()
+        ))
+        .arg(format!("file://{}", probed.display()))
+        .output()
+        .context("running chromium")?;
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let probe = dom
+        .split_once(r#"id="pan-probe">"#)
+        .and_then(|(_, rest)| rest.split_once('<'))
+        .map(|(text, _)| text.to_string())
+        .with_context(|| {
+            format!(
+                "no result from the page in chromium: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    let field = |name: &str| -> Result<f64> {
+        probe
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .context("malformed probe result")?
+            .parse()
+            .context("probe result is not a number")
+    };
+    Ok((field("whole")?, field("pan")?))
+}
+
 pub fn report(args: &Args, ring: u64) -> Result<Section> {
     let setup = Setup {
         events: EventSet::OffCpu,
@@ -37,6 +107,8 @@ pub fn report(args: &Args, ring: u64) -> Result<Section> {
     };
     let mut snapshot_mib = Vec::new();
     let mut perf_secs = Vec::new();
+    let mut whole_ms = Vec::new();
+    let mut pan_ms = Vec::new();
     // report, pprof, collapsed: seconds and MiB.
     let mut secs: [Vec<f64>; 3] = Default::default();
     let mut mib: [Vec<f64>; 3] = Default::default();
@@ -71,6 +143,9 @@ pub fn report(args: &Args, ring: u64) -> Result<Section> {
             secs[i].push(elapsed.as_secs_f64());
             mib[i].push(std::fs::metadata(&out)?.len() as f64 / MIB as f64);
         }
+        let (whole, pan) = timeline_frame_ms(&work.path().join("out-0"), work.path())?;
+        whole_ms.push(whole);
+        pan_ms.push(pan);
         perf_secs.push(perf_report_secs(&shot.path)?);
         recorder.stop()?;
     }
@@ -107,6 +182,20 @@ pub fn report(args: &Args, ring: u64) -> Result<Section> {
                 if big { "< 5 s" } else { "" },
             ),
             size("page size", report_mib, if big { "< 20 MiB" } else { "" }),
+            Row {
+                metric: "timeline in Chromium: one frame of the whole window (median of 20)".into(),
+                flightrec: show(Summary::of(&whole_ms), " ms", 1),
+                perf: "-".into(),
+                ratio: None,
+                target: "",
+            },
+            Row {
+                metric: "timeline in Chromium: one frame while panning, zoomed in 10 wheel steps (median of 50)".into(),
+                flightrec: show(Summary::of(&pan_ms), " ms", 1),
+                perf: "-".into(),
+                ratio: None,
+                target: "<= 16.7 ms (60 frames/s)",
+            },
             timed("`snapctl export --format pprof`", pprof_s, ""),
             size("pprof size", pprof_mib, ""),
             timed("`snapctl export --format collapsed`", folded_s, ""),
