@@ -1,8 +1,8 @@
 //! Records drained and not yet written, and how they are cut into frames.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
-use super::segment::FrameKind;
 use crate::abi::layout::RecordLayouts;
 use crate::abi::record_type;
 
@@ -44,8 +44,15 @@ impl Batch {
         lost
     }
 
-    pub(super) fn take(&mut self) -> Batch {
-        std::mem::take(self)
+    /// Empties the batch and keeps its buffer: batches are written a few
+    /// times a second, and a buffer of a MiB or more made anew each time
+    /// is fresh pages faulted in and unmapped again (the allocator maps
+    /// blocks of 1 MiB and more apart, see `perf::heap`).
+    pub(super) fn clear(&mut self) {
+        self.records.clear();
+        self.count = 0;
+        self.first_ns = 0;
+        self.last_ns = 0;
     }
 }
 
@@ -59,27 +66,54 @@ impl Pending {
 /// the frames it overlaps.
 const FRAME_RAW_BYTES: usize = 1 << 20;
 
-/// Splits a batch into frames of at most [`FRAME_RAW_BYTES`] (whole
-/// records).
-pub(super) fn split(kind: FrameKind, cpu: u32, batch: Batch) -> Vec<(FrameKind, u32, Batch)> {
-    if batch.records.len() <= FRAME_RAW_BYTES {
-        return vec![(kind, cpu, batch)];
-    }
-    let mut out = Vec::new();
-    let mut part = Batch {
-        first_ns: batch.first_ns,
-        last_ns: batch.last_ns,
-        ..Batch::default()
-    };
-    for (_, record) in crate::ring::records(&batch.records).map_while(Result::ok) {
-        if part.records.len() + record.len() > FRAME_RAW_BYTES {
-            out.push((kind, cpu, std::mem::take(&mut part)));
-            part.first_ns = batch.first_ns;
-            part.last_ns = batch.last_ns;
+/// Where `records` is cut into frames of at most [`FRAME_RAW_BYTES`]
+/// (whole records; a larger record is a frame of its own): each frame's
+/// byte range and record count.
+pub(super) fn frame_parts(records: &[u8]) -> Vec<(Range<usize>, u32)> {
+    let mut parts = Vec::new();
+    let (mut start, mut end, mut count) = (0, 0, 0u32);
+    for (_, record) in crate::ring::records(records).map_while(Result::ok) {
+        if end > start && end - start + record.len() > FRAME_RAW_BYTES {
+            parts.push((start..end, count));
+            (start, count) = (end, 0);
         }
-        part.records.extend_from_slice(record);
-        part.count += 1;
+        end += record.len();
+        count += 1;
     }
-    out.push((kind, cpu, part));
-    out
+    if count > 0 {
+        parts.push((start..end, count));
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(len: usize) -> Vec<u8> {
+        let mut r = vec![0u8; len];
+        r[0..4].copy_from_slice(&record_type::SAMPLE.to_le_bytes());
+        r[6..8].copy_from_slice(&(len as u16).to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn frames_hold_whole_records_up_to_a_mib_and_cover_everything() {
+        assert!(frame_parts(&[]).is_empty());
+        let small: Vec<u8> = (0..3).flat_map(|_| record(64)).collect();
+        assert_eq!(frame_parts(&small), vec![(0..192, 3)]);
+        // 40 KiB records: 25 fit in a MiB (1,024,000 bytes), the 26th
+        // starts the next frame.
+        let big: Vec<u8> = (0..60).flat_map(|_| record(40 << 10)).collect();
+        let parts = frame_parts(&big);
+        assert_eq!(
+            parts,
+            vec![
+                (0..25 * 40960, 25),
+                (25 * 40960..50 * 40960, 25),
+                (50 * 40960..60 * 40960, 10)
+            ]
+        );
+        assert!(parts.iter().all(|(r, _)| r.len() <= FRAME_RAW_BYTES));
+    }
 }

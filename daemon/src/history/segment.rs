@@ -107,33 +107,71 @@ impl FrameHeader {
 pub fn encode_frame(
     kind: FrameKind,
     cpu: u32,
-    (first_ns, last_ns): (u64, u64),
+    times: (u64, u64),
     count: u32,
     records: &[u8],
     level: i32,
 ) -> io::Result<Vec<u8>> {
-    if records.len() > MAX_RAW_BYTES {
-        return Err(io::Error::other(format!(
-            "{} bytes of records in one frame, at most {MAX_RAW_BYTES}",
-            records.len()
-        )));
+    Ok(FrameEncoder::new(level)?
+        .encode(kind, cpu, times, count, records)?
+        .to_vec())
+}
+
+/// Encodes frames with one zstd context and buffers kept from frame to
+/// frame. A context per frame allocates and zeroes its tables each time
+/// (above the allocator's 1 MiB mmap threshold: fresh pages, faulted in,
+/// unmapped after), which was most of the writer's time at high rates.
+pub struct FrameEncoder {
+    compressor: zstd::bulk::Compressor<'static>,
+    stored: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+impl FrameEncoder {
+    pub fn new(level: i32) -> io::Result<Self> {
+        let mut compressor = zstd::bulk::Compressor::new(level)?;
+        compressor.include_checksum(true)?;
+        Ok(FrameEncoder {
+            compressor,
+            stored: Vec::new(),
+            frame: Vec::new(),
+        })
     }
-    let mut encoder = zstd::bulk::Compressor::new(level)?;
-    encoder.include_checksum(true)?;
-    let stored = encoder.compress(records)?;
-    let header = FrameHeader {
-        kind,
-        cpu,
-        first_ns,
-        last_ns,
-        records: count,
-        raw_len: records.len() as u32,
-        stored_len: u32::try_from(stored.len()).map_err(io::Error::other)?,
-    };
-    let mut out = Vec::with_capacity(HEADER_LEN + stored.len());
-    out.extend_from_slice(&header.to_bytes());
-    out.extend_from_slice(&stored);
-    Ok(out)
+
+    /// The frame of `records`, valid until the next call.
+    pub fn encode(
+        &mut self,
+        kind: FrameKind,
+        cpu: u32,
+        (first_ns, last_ns): (u64, u64),
+        count: u32,
+        records: &[u8],
+    ) -> io::Result<&[u8]> {
+        if records.len() > MAX_RAW_BYTES {
+            return Err(io::Error::other(format!(
+                "{} bytes of records in one frame, at most {MAX_RAW_BYTES}",
+                records.len()
+            )));
+        }
+        self.stored.clear();
+        self.stored
+            .reserve(zstd::zstd_safe::compress_bound(records.len()));
+        self.compressor
+            .compress_to_buffer(records, &mut self.stored)?;
+        let header = FrameHeader {
+            kind,
+            cpu,
+            first_ns,
+            last_ns,
+            records: count,
+            raw_len: records.len() as u32,
+            stored_len: u32::try_from(self.stored.len()).map_err(io::Error::other)?,
+        };
+        self.frame.clear();
+        self.frame.extend_from_slice(&header.to_bytes());
+        self.frame.extend_from_slice(&self.stored);
+        Ok(&self.frame)
+    }
 }
 
 /// The records of a frame, decompressed and checked against its checksum.

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flightrec_files::{Access, Existing, NewFile};
 
-use super::batch::{Pending, split};
+use super::batch::{Pending, frame_parts};
 use super::disk::remove_segment;
 use super::handle::{HistorySources, Shared, lock};
 use super::retention::{SegmentInfo, segments_to_drop};
-use super::segment::{FILE_MAGIC, FrameKind, SegmentEvent, SegmentEvents, encode_frame};
+use super::segment::{
+    FILE_MAGIC, FrameEncoder, FrameKind, SegmentEvent, SegmentEvents, encode_frame,
+};
 use crate::abi::layout::RecordLayouts;
 use crate::recorder::Recorder;
 use crate::snapshot::perfdata::tracking_event;
@@ -61,6 +63,8 @@ pub(super) struct Writer {
     busy: bool,
     /// Event ids the recorder had at the last round.
     ids: usize,
+    /// Kept from frame to frame (made at the first write).
+    encoder: Option<FrameEncoder>,
 }
 
 impl Writer {
@@ -77,6 +81,7 @@ impl Writer {
             retry_at: None,
             busy: false,
             ids: 0,
+            encoder: None,
         }
     }
 
@@ -185,47 +190,61 @@ impl Writer {
         }
     }
 
-    /// Writes the pending records as frames of the current segment.
+    /// Writes the pending records as frames of the current segment; the
+    /// batches keep their buffers for the next records.
     fn write_pending(&mut self) {
         self.last_write = Instant::now();
-        let pending = std::mem::take(&mut self.pending);
         let level = self.shared.settings.level;
+        let mut encoder = match self.encoder.take() {
+            Some(e) => e,
+            None => match FrameEncoder::new(level) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.fail(format!("zstd at level {level}: {e}"));
+                    return;
+                }
+            },
+        };
+        let mut pending = std::mem::take(&mut self.pending);
         // The tracking records first: a crash between two frames then
         // leaves processes without samples on disk, never samples whose
         // processes are not named.
-        let mut frames = split(FrameKind::Tracking, 0, pending.tracking);
-        for (cpu, mut batch) in pending.cpus {
-            frames.extend(split(FrameKind::Samples, cpu, batch.take()));
-        }
-        for (kind, cpu, batch) in frames {
-            if batch.count == 0 {
-                continue;
-            }
-            let raw = batch.records.len() as u64;
-            let frame = encode_frame(
-                kind,
-                cpu,
-                (batch.first_ns, batch.last_ns),
-                batch.count,
-                &batch.records,
-                level,
-            );
-            let written = frame.and_then(|f| self.append(&f, batch.first_ns, batch.last_ns));
-            match written {
-                Ok(stored) => {
-                    let mut index = lock(&self.shared.index);
-                    index.status.raw_bytes += raw;
-                    index.status.stored_bytes += stored;
+        let batches = std::iter::once((FrameKind::Tracking, 0, &mut pending.tracking)).chain(
+            pending
+                .cpus
+                .iter_mut()
+                .map(|(&cpu, batch)| (FrameKind::Samples, cpu, batch)),
+        );
+        for (kind, cpu, batch) in batches {
+            for (range, count) in frame_parts(&batch.records) {
+                let raw = range.len() as u64;
+                let frame = encoder.encode(
+                    kind,
+                    cpu,
+                    (batch.first_ns, batch.last_ns),
+                    count,
+                    &batch.records[range],
+                );
+                let written = frame.and_then(|f| self.append(f, batch.first_ns, batch.last_ns));
+                match written {
+                    Ok(stored) => {
+                        let mut index = lock(&self.shared.index);
+                        index.status.raw_bytes += raw;
+                        index.status.stored_bytes += stored;
+                    }
+                    Err(e) => {
+                        self.fail(format!(
+                            "writing the history in {} failed: {e}",
+                            self.shared.settings.dir.display()
+                        ));
+                        return;
+                    }
                 }
-                Err(e) => {
-                    self.fail(format!(
-                        "writing the history in {} failed: {e}",
-                        self.shared.settings.dir.display()
-                    ));
-                    return;
-                }
             }
+            batch.clear();
         }
+        self.pending = pending;
+        self.encoder = Some(encoder);
     }
 
     /// Appends `frame` to the current segment after making room for it;
