@@ -17,8 +17,8 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
-    /// memory, loss, lookback, fleet; compress-priority, history (8
-    /// minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
+    /// memory, loss, lookback, fleet; compress-priority, history (about
+    /// 20 minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
     /// sched_switch call chains or switch records) and report (`snapctl report`/`export` vs `perf report`),
     /// only when named).
     #[arg(
@@ -28,7 +28,7 @@ pub struct Args {
     )]
     pub only: Vec<String>,
     /// Minutes of history the history scenario records before it cuts
-    /// windows (default 6, 1 with --quick).
+    /// windows (default 11, 1 with --quick).
     #[arg(long, value_name = "N")]
     pub history_minutes: Option<u64>,
     /// Length of the soak in minutes (default 20, 2 with --quick).
