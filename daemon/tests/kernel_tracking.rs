@@ -137,11 +137,26 @@ fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
     })
     .expect("recorder starts");
     let before = recorder.status().tracking_log.records;
-    for _ in 0..150 {
-        assert!(Command::new("/bin/true").status().unwrap().success());
-    }
     // No explicit drain: only the drain thread moves records into the log.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    // In bursts of 10 processes (about 4 KiB of records, one watermark),
+    // each followed by a witness that the drain thread took them: the two
+    // rings hold 32 KiB, so a drain woken at the watermark never lets them
+    // overflow, whatever else runs on the machine; a drain that does not
+    // wake fails the witness.
+    for burst in 0..15u64 {
+        let seen = recorder.status().tracking_log.records;
+        for _ in 0..10 {
+            assert!(Command::new("/bin/true").status().unwrap().success());
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while recorder.status().tracking_log.records < seen + 10 * 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "burst {burst}: the drain thread took nothing in 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     let status = recorder.status();
     assert_eq!(status.tracking_drain_failure, None);
     // fork + comm + several mmap2 + exit per process, ~100 bytes each:
