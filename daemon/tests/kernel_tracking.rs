@@ -10,6 +10,17 @@ use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
 
 use flightrec_tests::require_root;
 
+/// Each test records every process of the machine: run side by side, one
+/// test's hundreds of processes fill the other's tracking rings and
+/// windows. One at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn recorder(tracking_log_bytes: u64) -> Recorder {
     Recorder::start(&RecorderConfig {
         events: vec![EventSpec::new("sched:sched_switch")],
@@ -42,7 +53,19 @@ fn parsed(records: &[u8]) -> Vec<Parsed> {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn child_fork_exec_exit_are_in_the_window_and_the_table() {
     require_root("child_fork_exec_exit_are_in_the_window_and_the_table");
+    let _serial = one_at_a_time();
     let recorder = recorder(4 << 20);
+    // A window starts at the oldest record the rings hold: wait for one,
+    // or on busy CPUs the first switch recorded can come after the
+    // child's fork, and the window with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while recorder.status().cpus.iter().all(|c| c.ring_records == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no switch recorded in 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let pid = run_child();
     let capture = recorder.capture().expect("capture");
     let records = parsed(&capture.tracking_records);
@@ -103,6 +126,7 @@ fn child_fork_exec_exit_are_in_the_window_and_the_table() {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn records_evicted_from_a_small_log_stay_resolvable() {
     require_root("records_evicted_from_a_small_log_stay_resolvable");
+    let _serial = one_at_a_time();
     let recorder = recorder(8 << 10);
     let pid = run_child();
     // Each short-lived process adds fork/comm/mmap2/exit records: far more
@@ -127,6 +151,7 @@ fn records_evicted_from_a_small_log_stay_resolvable() {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
     require_root("drain_thread_keeps_small_tracking_rings_from_overflowing");
+    let _serial = one_at_a_time();
     let recorder = Recorder::start(&RecorderConfig {
         events: vec![EventSpec::new("sched:sched_switch")],
         ring_bytes_per_cpu: 64 << 10,
