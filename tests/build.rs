@@ -9,6 +9,13 @@
 //! `cfg(flightrec_cpu_pmu)` says the machine that builds the tests has a
 //! CPU PMU: tests of what happens without one are ignored there ("needs
 //! a machine without a CPU PMU"), not passed without checking anything.
+//!
+//! The script reruns only when it changes or `CI` does: cargo reads a
+//! `rerun-if-changed` path that does not exist (the PMU's directory on a
+//! machine without one) as changed on every build, which recompiled both
+//! crates that use this script on every `cargo` command. A target
+//! directory moved to a machine with another PMU or user needs
+//! `cargo clean -p flightrecd -p flightrec-tests`.
 
 const CPU_PMU: &str = "/sys/bus/event_source/devices/cpu";
 
@@ -16,7 +23,9 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(flightrec_unprivileged)");
     println!("cargo::rustc-check-cfg=cfg(flightrec_cpu_pmu)");
     println!("cargo::rerun-if-env-changed=CI");
-    println!("cargo::rerun-if-changed={CPU_PMU}");
+    // This script, from either package that uses it (flightrecd's is
+    // ../tests/build.rs).
+    println!("cargo::rerun-if-changed=../tests/build.rs");
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if !ci && !effective_uid_is_root() {
         println!("cargo::rustc-cfg=flightrec_unprivileged");
