@@ -6,11 +6,16 @@
 //! machine: host facts, clock, modules, tracefs formats) → [`tracking`] (tracking drain,
 //! tracking log, process table) → [`recorder`] (the live rings and the
 //! capture) → [`snapshot`] (the perf.data writer and output file) →
-//! [`history`] (the look-back kept on disk) → [`store`] (naming, listing, retention) → [`triggers`] (the dump queue and
-//! the signal thread) → [`control`] (state and the one dispatcher) →
-//! [`api`] (gRPC) → [`daemon`] (start-up and shutdown). [`abi`] holds the
-//! kernel's perf ABI as plain data, shared by all of them, and
-//! [`log_limit`] the rate limit of the warnings clients can provoke.
+//! [`history`] (the look-back kept on disk) → [`store`] (naming, listing,
+//! retention) → [`events`] (what Watch streams) → [`dump`] (a dump from
+//! request to file: queue, freeze, cut, write) → [`control`] (the running
+//! parts and their typed operations) → [`api`] (gRPC), [`fleet`] (NATS) →
+//! [`daemon`] (start-up and shutdown). Beside them, low: [`triggers`] (the
+//! signal thread and the `[[trigger]]` conditions), [`time`] (the two
+//! clocks' instants as types), [`abi`] (the kernel's perf ABI as plain
+//! data) and [`log_limit`] (the rate limit of the warnings clients can
+//! provoke). `tests/tests/layers.rs` holds each module to the modules it
+//! may use.
 
 #![deny(unsafe_code)]
 
@@ -18,6 +23,8 @@ pub use flightrec_perfdata::abi;
 pub mod api;
 pub mod control;
 pub mod daemon;
+pub mod dump;
+pub mod events;
 pub mod fleet;
 pub mod history;
 pub mod host;
@@ -27,5 +34,6 @@ pub mod recorder;
 pub mod ring;
 pub mod snapshot;
 pub mod store;
+pub mod time;
 pub mod tracking;
 pub mod triggers;

@@ -334,11 +334,11 @@ fn a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots() {
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
     assert!(
-        first.window_start_ns <= loaded_ns,
+        first.window_start.unwrap().as_nanos() <= loaded_ns,
         "first window starts too late"
     );
     assert!(
-        third.window_start_ns > loaded_ns,
+        third.window_start.unwrap().as_nanos() > loaded_ns,
         "third window starts too early"
     );
     for (capture, name) in [

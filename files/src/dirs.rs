@@ -30,6 +30,22 @@ impl std::fmt::Display for NotPrivate {
 /// writable by others when they have the sticky bit (/tmp): an entry
 /// there can be renamed only by its owner.
 pub fn check_private(dir: &Path, owner: u32, trusted_group: Option<u32>) -> Result<(), NotPrivate> {
+    check(dir, owner, trusted_group, false)
+}
+
+/// [`check_private`] with no group trusted, and `dir` itself writable by
+/// its owner alone (not even by root's group): for what root reads back
+/// as its own, such as the history's segments.
+pub fn check_owner_only(dir: &Path, owner: u32) -> Result<(), NotPrivate> {
+    check(dir, owner, None, true)
+}
+
+fn check(
+    dir: &Path,
+    owner: u32,
+    trusted_group: Option<u32>,
+    owner_only: bool,
+) -> Result<(), NotPrivate> {
     let mut probe: PathBuf = dir.to_path_buf();
     // The nearest existing directory, followed to what it really is.
     let existing = loop {
@@ -72,7 +88,16 @@ pub fn check_private(dir: &Path, owner: u32, trusted_group: Option<u32>) -> Resu
                 mode & 0o7777
             )));
         }
-        let group_ok = md.gid() == 0 || Some(md.gid()) == trusted_group;
+        let group_ok = (md.gid() == 0 || Some(md.gid()) == trusted_group)
+            && !(owner_only && exists && depth == 0);
+        if owner_only && exists && depth == 0 && mode & 0o020 != 0 {
+            return Err(fault(format!(
+                "is writable by group {} (mode {:04o}): no one but its owner may write here; \
+                 chmod g-w it",
+                group_name(md.gid()),
+                mode & 0o7777
+            )));
+        }
         if mode & 0o020 != 0 && !group_ok && !sticky {
             return Err(fault(format!(
                 "is writable by group {} (mode {:04o}), which is not the socket group: chmod \
@@ -158,6 +183,25 @@ mod tests {
             assert!(trusted.is_ok());
             assert!(untrusted.unwrap_err().reason.contains("writable by group"));
         }
+    }
+
+    #[test]
+    fn an_owner_only_directory_refuses_every_group_even_roots() {
+        let me = nix::unistd::geteuid().as_raw();
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("history");
+        std::fs::create_dir(&dir).unwrap();
+        chmod(top.path(), 0o755);
+        chmod(&dir, 0o750);
+        check_owner_only(&dir, me).unwrap();
+        // What check_private lets through when the group is root's or the
+        // trusted one.
+        chmod(&dir, 0o770);
+        let e = check_owner_only(&dir, me).unwrap_err();
+        assert!(e.reason.contains("no one but its owner"), "{e}");
+        assert_eq!(e.dir, dir);
+        // Not yet created: its parent is checked as usual.
+        check_owner_only(&top.path().join("later"), me).unwrap();
     }
 
     #[test]

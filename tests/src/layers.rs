@@ -1,38 +1,39 @@
-//! The import rule of ARCHITECTURE.md, checked: the top-level modules of a
-//! crate are ranked, and a module may only name (`crate::x`) modules of a
-//! lower rank, so the folders form no circle. Modules of one rank are
-//! shared plain data that may not name each other either.
+//! The import rule of ARCHITECTURE.md, checked: every top-level module of
+//! a crate states the modules it may use (`crate::x`), the table has no
+//! circle, and any import outside a module's list is an error. A module
+//! missing from the table is an error too, so a new folder is placed on
+//! purpose.
 //!
 //! Read from the source text: every `crate::NAME` path outside comments,
 //! and the top-level names of `use crate::{...}` groups. Names that are not
-//! ranked modules (items of the crate root, such as an error type defined
-//! in lib.rs) are not checked.
+//! modules of the table (items of the crate root, such as a re-export in
+//! lib.rs) are not checked.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// One crate's source folder and its modules from the bottom up; the
-/// modules of one inner slice share a rank.
+/// One crate's source folder and, for each of its top-level modules, the
+/// modules it may use.
 #[derive(Debug, Clone)]
 pub struct Layers<'a> {
     pub src: PathBuf,
-    pub ranks: &'a [&'a [&'a str]],
+    pub allowed: &'a [(&'a str, &'a [&'a str])],
 }
 
 /// One import that runs against the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackwardImport {
+pub struct ForbiddenImport {
     /// The file, relative to the crate's source folder.
     pub file: PathBuf,
     pub from: String,
     pub to: String,
 }
 
-impl std::fmt::Display for BackwardImport {
+impl std::fmt::Display for ForbiddenImport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: `{}` imports `crate::{}`, which is not below it",
+            "{}: `{}` imports `crate::{}`, which is not among the modules it may use",
             self.file.display(),
             self.from,
             self.to
@@ -40,35 +41,79 @@ impl std::fmt::Display for BackwardImport {
     }
 }
 
+/// What a check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub forbidden: Vec<ForbiddenImport>,
+    /// Top-level modules the table does not list.
+    pub unlisted: Vec<String>,
+    /// A circle in the table itself (modules in order, the first again at
+    /// the end), if any.
+    pub circle: Option<Vec<String>>,
+}
+
 impl Layers<'_> {
-    fn rank(&self, module: &str) -> Option<usize> {
-        self.ranks.iter().position(|r| r.contains(&module))
+    fn may_use(&self, module: &str) -> Option<&[&str]> {
+        self.allowed
+            .iter()
+            .find(|(m, _)| *m == module)
+            .map(|(_, uses)| *uses)
     }
 
-    /// Every backward import under the source folder, and the top-level
-    /// modules found there that have no rank (a new folder must be given
-    /// one).
-    pub fn check(&self) -> std::io::Result<(Vec<BackwardImport>, Vec<String>)> {
-        let mut backward = Vec::new();
-        let mut unranked = BTreeSet::new();
+    /// A circle among the table's allowances: the folders must form none.
+    fn circle(&self) -> Option<Vec<String>> {
+        fn visit<'a>(
+            layers: &'a Layers<'a>,
+            m: &'a str,
+            path: &mut Vec<&'a str>,
+            done: &mut BTreeSet<&'a str>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|p| *p == m) {
+                let mut c: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+                c.push(m.to_string());
+                return Some(c);
+            }
+            if !done.insert(m) {
+                return None;
+            }
+            path.push(m);
+            for &next in layers.may_use(m).unwrap_or(&[]) {
+                if let Some(c) = visit(layers, next, path, done) {
+                    return Some(c);
+                }
+            }
+            path.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        self.allowed
+            .iter()
+            .find_map(|(m, _)| visit(self, m, &mut Vec::new(), &mut done))
+    }
+
+    /// Every import against the table under the source folder, the
+    /// modules found there that the table does not list, and a circle in
+    /// the table.
+    pub fn check(&self) -> std::io::Result<Findings> {
+        let mut findings = Findings {
+            circle: self.circle(),
+            ..Findings::default()
+        };
+        let mut unlisted = BTreeSet::new();
         for file in rust_files(&self.src)? {
             let rel = file.strip_prefix(&self.src).unwrap_or(&file).to_path_buf();
             let Some(from) = top_module(&rel) else {
                 continue;
             };
-            let Some(from_rank) = self.rank(&from) else {
-                unranked.insert(from);
+            let Some(uses) = self.may_use(&from) else {
+                unlisted.insert(from);
                 continue;
             };
             let text = std::fs::read_to_string(&file)?;
             for to in crate_imports(&text) {
-                if to == from {
-                    continue;
-                }
-                if let Some(to_rank) = self.rank(&to)
-                    && to_rank >= from_rank
-                {
-                    backward.push(BackwardImport {
+                let is_module = self.may_use(&to).is_some();
+                if to != from && is_module && !uses.contains(&to.as_str()) {
+                    findings.forbidden.push(ForbiddenImport {
                         file: rel.clone(),
                         from: from.clone(),
                         to,
@@ -76,7 +121,8 @@ impl Layers<'_> {
                 }
             }
         }
-        Ok((backward, unranked.into_iter().collect()))
+        findings.unlisted = unlisted.into_iter().collect();
+        Ok(findings)
     }
 }
 
@@ -206,7 +252,7 @@ mod tests {
     }
 
     #[test]
-    fn a_backward_import_is_found_and_a_forward_one_is_not() {
+    fn an_import_outside_the_table_is_found_and_one_inside_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
         std::fs::create_dir_all(src.join("upper")).unwrap();
@@ -216,11 +262,13 @@ mod tests {
         std::fs::write(src.join("upper/mod.rs"), "use crate::lower;\n").unwrap();
         let layers = Layers {
             src: src.to_path_buf(),
-            ranks: &[&["shared"], &["lower"], &["upper"]],
+            allowed: &[
+                ("shared", &[]),
+                ("lower", &["shared"]),
+                ("upper", &["lower", "shared"]),
+            ],
         };
-        let (backward, unranked) = layers.check().unwrap();
-        assert!(backward.is_empty(), "{backward:?}");
-        assert!(unranked.is_empty());
+        assert_eq!(layers.check().unwrap(), Findings::default());
 
         // The deliberate mistake: the lower floor names the upper one.
         std::fs::write(
@@ -229,32 +277,32 @@ mod tests {
         )
         .unwrap();
         std::fs::write(src.join("new.rs"), "").unwrap();
-        let (backward, unranked) = layers.check().unwrap();
+        let found = layers.check().unwrap();
         assert_eq!(
-            backward,
-            [BackwardImport {
+            found.forbidden,
+            [ForbiddenImport {
                 file: "lower.rs".into(),
                 from: "lower".into(),
                 to: "upper".into(),
             }]
         );
         assert_eq!(
-            backward[0].to_string(),
-            "lower.rs: `lower` imports `crate::upper`, which is not below it"
+            found.forbidden[0].to_string(),
+            "lower.rs: `lower` imports `crate::upper`, which is not among the modules it may use"
         );
-        assert_eq!(unranked, ["new"]);
+        assert_eq!(found.unlisted, ["new"]);
     }
 
     #[test]
-    fn modules_of_one_rank_may_not_name_each_other() {
+    fn a_circle_in_the_table_is_found() {
         let dir = tempfile::tempdir().unwrap();
-        let src = dir.path();
-        std::fs::write(src.join("a.rs"), "use crate::b::X;\n").unwrap();
-        std::fs::write(src.join("b.rs"), "pub struct X;\n").unwrap();
         let layers = Layers {
-            src: src.to_path_buf(),
-            ranks: &[&["a", "b"]],
+            src: dir.path().to_path_buf(),
+            allowed: &[("a", &["b"]), ("b", &["c"]), ("c", &["a"]), ("d", &[])],
         };
-        assert_eq!(layers.check().unwrap().0.len(), 1);
+        assert_eq!(
+            layers.check().unwrap().circle,
+            Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+        );
     }
 }

@@ -6,24 +6,109 @@ use std::time::Duration;
 use flightrec_proto::v1 as pb;
 use tonic::Status;
 
-use crate::control::command::{CommandError, StatusReport};
-use crate::control::{DumpDone, DumpTimings, Event, Stamped};
+use crate::control::ReloadError;
+use crate::control::snapshots::{CompressError, ListError, RotateError};
+use crate::control::status::{StatusError, StatusReport};
+use crate::dump::{DumpDone, DumpError, DumpTimings};
+use crate::events::{Event, Stamped};
 use crate::recorder::EventInfo;
-use crate::store::SnapshotInfo;
+use crate::store::{SnapshotInfo, StoreError};
+use crate::time::{SampleTime, WallTime};
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-pub fn status_of(e: CommandError) -> Status {
+/// ns since the Unix epoch on the wire, 0 for none.
+fn unix_ns(t: Option<WallTime>) -> i64 {
+    t.map_or(0, WallTime::as_unix_nanos)
+}
+
+/// Sample-clock ns on the wire, 0 for none.
+fn sample_ns(t: Option<SampleTime>) -> u64 {
+    t.map_or(0, SampleTime::as_nanos)
+}
+
+/// The store's errors: a bad label or id names the field.
+fn store_status(e: &StoreError) -> Status {
     let message = e.to_string();
     match e {
-        CommandError::InvalidArgument { .. } => Status::invalid_argument(message),
-        CommandError::NotFound(_) => Status::not_found(message),
-        CommandError::FailedPrecondition(_) => Status::failed_precondition(message),
-        CommandError::ResourceExhausted(_) => Status::resource_exhausted(message),
-        CommandError::ShuttingDown => Status::unavailable(message),
-        CommandError::Internal(_) => Status::internal(message),
+        StoreError::InvalidLabel { .. } => Status::invalid_argument(format!("label: {message}")),
+        StoreError::InvalidId { .. } => Status::invalid_argument(format!("id: {message}")),
+        StoreError::NotFound { .. } => Status::not_found(message),
+        e if e.is_disk_full() => Status::resource_exhausted(message),
+        _ => Status::internal(message),
+    }
+}
+
+pub fn dump_status(e: DumpError) -> Status {
+    let message = e.to_string();
+    match &e {
+        DumpError::InvalidArgument { .. } => Status::invalid_argument(message),
+        DumpError::OutsideWindow { .. } => Status::failed_precondition(message),
+        DumpError::DiskFull { .. } => Status::resource_exhausted(message),
+        DumpError::ShuttingDown => Status::unavailable(message),
+        DumpError::Store(s) => {
+            let s = store_status(s);
+            Status::new(s.code(), format!("dump failed: {}", s.message()))
+        }
+        DumpError::Clock | DumpError::Capture(_) | DumpError::Write(_) => {
+            Status::internal(format!("dump failed: {message}"))
+        }
+    }
+}
+
+pub fn reload_status(e: ReloadError) -> Status {
+    match e {
+        ReloadError::ShuttingDown => Status::unavailable(e.to_string()),
+        e => Status::failed_precondition(format!(
+            "new config rejected, the running one is kept: {e}"
+        )),
+    }
+}
+
+impl From<ListError> for Status {
+    fn from(e: ListError) -> Status {
+        match &e {
+            ListError::Store(s) => store_status(s),
+            ListError::Worker(_) => Status::internal(e.to_string()),
+        }
+    }
+}
+
+impl From<RotateError> for Status {
+    fn from(e: RotateError) -> Status {
+        match &e {
+            RotateError::WouldRemoveAll { .. } => Status::failed_precondition(e.to_string()),
+            RotateError::Store(s) => store_status(s),
+            RotateError::Worker(_) => Status::internal(e.to_string()),
+        }
+    }
+}
+
+impl From<CompressError> for Status {
+    fn from(e: CompressError) -> Status {
+        let message = e.to_string();
+        match &e {
+            CompressError::Level { .. } => Status::invalid_argument(message),
+            CompressError::AlreadyCompressed { .. } => Status::failed_precondition(message),
+            CompressError::Busy => Status::resource_exhausted(message),
+            CompressError::Write { source, .. } if source.is_disk_full() => {
+                Status::resource_exhausted(message)
+            }
+            CompressError::Store(s) => store_status(s),
+            CompressError::ShuttingDown => Status::unavailable(message),
+            CompressError::Write { .. } | CompressError::Worker(_) => Status::internal(message),
+        }
+    }
+}
+
+impl From<StatusError> for Status {
+    fn from(e: StatusError) -> Status {
+        match &e {
+            StatusError::Store(s) => store_status(s),
+            StatusError::Worker(_) => Status::internal(e.to_string()),
+        }
     }
 }
 
@@ -67,8 +152,8 @@ pub fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
                 records: c.record_count,
                 bytes: c.bytes,
                 lost: c.lost_while_paused,
-                oldest_ns: c.oldest_ns.unwrap_or(0),
-                newest_ns: c.newest_ns.unwrap_or(0),
+                oldest_ns: sample_ns(c.oldest),
+                newest_ns: sample_ns(c.newest),
                 pause_ns: nanos(c.pause),
                 lost_since_start: c.lost_since_start,
             })
@@ -76,8 +161,8 @@ pub fn dump_reply(d: &DumpDone, coalesced: bool) -> pb::DumpReply {
         timings: Some(timings_pb(&d.timings)),
         tracking_records: d.output.tracking_records,
         coalesced,
-        window_start_unix_ns: d.output.window.start_unix_ns,
-        window_end_unix_ns: d.output.window.end_unix_ns,
+        window_start_unix_ns: d.output.window.start.as_unix_nanos(),
+        window_end_unix_ns: d.output.window.end.as_unix_nanos(),
         window_missing_ns: nanos(d.output.window.missing),
     }
 }
@@ -112,11 +197,11 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 online: c.online,
                 lost_samples: c.lost_samples,
                 lost_tracking: c.lost_tracking_records,
-                rings_oldest_unix_ns: c.rings_oldest_unix_ns,
+                rings_oldest_unix_ns: unix_ns(c.rings_oldest),
                 rings_reach_ns: nanos(c.rings_reach),
                 ring_records: c.ring_records,
                 records_per_second: c.records_per_second,
-                history_oldest_unix_ns: s.history.as_ref().map_or(0, |h| h.oldest_unix_ns),
+                history_oldest_unix_ns: unix_ns(s.history.as_ref().and_then(|h| h.oldest)),
                 history_reach_ns: s.history.as_ref().map_or(0, |h| nanos(h.reach)),
                 history_lost: s
                     .history
@@ -164,7 +249,7 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 fired: t.counters.fired,
                 dumped: t.counters.dumped,
                 suppressed: t.counters.suppressed,
-                last_fired_unix_ns: t.counters.last_fired_unix_ns,
+                last_fired_unix_ns: unix_ns(t.counters.last_fired),
                 last_matched: t.counters.last_matched,
             })
             .collect(),
@@ -191,8 +276,8 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             max_bytes: h.status.max_bytes,
             max_age_ns: nanos(h.status.max_age),
             segments: h.status.segments,
-            oldest_unix_ns: h.oldest_unix_ns,
-            newest_unix_ns: h.newest_unix_ns,
+            oldest_unix_ns: unix_ns(h.oldest),
+            newest_unix_ns: unix_ns(h.newest),
             raw_bytes: h.status.raw_bytes,
             stored_bytes: h.status.stored_bytes,
             lost: h.status.lost_per_cpu.values().sum(),
@@ -245,7 +330,7 @@ pub fn watch_event_pb(stamped: Stamped) -> pb::WatchEvent {
         Event::HistoryStopped { reason } => Kind::HistoryStopped(pb::HistoryStopped { reason }),
     };
     pb::WatchEvent {
-        unix_ns: stamped.unix_ns,
+        unix_ns: stamped.at.as_unix_nanos(),
         kind: Some(kind),
     }
 }
@@ -255,8 +340,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn command_errors_map_to_grpc_codes_with_the_field_named() {
-        let s = status_of(CommandError::InvalidArgument {
+    fn errors_map_to_grpc_codes_with_the_field_named() {
+        let s = dump_status(DumpError::InvalidArgument {
             field: "label",
             message: "invalid label \"../x\": it starts with a dot".into(),
         });
@@ -265,25 +350,40 @@ mod tests {
             s.message(),
             "label: invalid label \"../x\": it starts with a dot"
         );
-        let cases = [
-            (CommandError::NotFound("x".into()), tonic::Code::NotFound),
-            (
-                CommandError::FailedPrecondition("x".into()),
-                tonic::Code::FailedPrecondition,
-            ),
-            (
-                CommandError::ResourceExhausted("x".into()),
-                tonic::Code::ResourceExhausted,
-            ),
-            (CommandError::ShuttingDown, tonic::Code::Unavailable),
-            (CommandError::Internal("x".into()), tonic::Code::Internal),
-        ];
-        for (e, code) in cases {
-            assert_eq!(status_of(e).code(), code);
-        }
+        let outside = DumpError::OutsideWindow {
+            end: WallTime::from_unix_nanos(1),
+            held_from: WallTime::from_unix_nanos(2),
+            held_by: "memory rings",
+        };
+        assert_eq!(dump_status(outside).code(), tonic::Code::FailedPrecondition);
+        let shutting = dump_status(DumpError::ShuttingDown);
+        assert_eq!(shutting.code(), tonic::Code::Unavailable);
+        assert_eq!(shutting.message(), "flightrecd is shutting down");
+        let id = Status::from(CompressError::Store(StoreError::InvalidId {
+            id: "a/b".into(),
+        }));
+        assert_eq!(id.code(), tonic::Code::InvalidArgument);
+        assert!(
+            id.message().starts_with("id: invalid snapshot id \"a/b\""),
+            "{}",
+            id.message()
+        );
+        let missing = Status::from(ListError::Store(StoreError::NotFound { id: "x".into() }));
+        assert_eq!(missing.code(), tonic::Code::NotFound);
+        let full = Status::from(RotateError::Store(StoreError::WriteMeta {
+            path: "/s/.x.meta".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        }));
+        assert_eq!(full.code(), tonic::Code::ResourceExhausted);
+        let all = Status::from(RotateError::WouldRemoveAll { count: 2 });
+        assert_eq!(all.code(), tonic::Code::FailedPrecondition);
         assert_eq!(
-            status_of(CommandError::ShuttingDown).message(),
-            "flightrecd is shutting down"
+            Status::from(CompressError::Busy).code(),
+            tonic::Code::ResourceExhausted
+        );
+        assert_eq!(
+            Status::from(CompressError::Level { level: 23 }).message(),
+            "level: 23 is not a zstd level (1 to 22, or 0 for the configured one)"
         );
     }
 }

@@ -1,6 +1,6 @@
-//! The gRPC handlers: each parses its request into a [`Command`] (checking
-//! every field it can without the daemon's state), hands it to the one
-//! dispatcher, [`State::dispatch`], and converts the reply.
+//! The gRPC handlers: each parses its request (checking every field it
+//! can without the daemon's state, errors naming the field), calls the
+//! typed operation of the part that owns it, and converts the answer.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,12 +17,13 @@ use tonic::{Request, Response, Status};
 use crate::log_limit::RateLimitedWarning;
 
 use super::convert::{
-    dump_reply, snapshot_pb, snapshots_pb, status_of, status_reply, watch_event_pb,
+    dump_reply, dump_status, reload_status, snapshot_pb, snapshots_pb, status_reply, watch_event_pb,
 };
-use crate::control::command::{Command, CommandError, Reply, RotateLimits};
-use crate::control::{self, State};
+use crate::control::snapshots::RotateLimits;
+use crate::control::{self, Control};
+use crate::dump::{DumpError, DumpRequest, TriggerKind, WindowRequest};
 use crate::store::validate_label;
-use crate::triggers::WindowRequest;
+use crate::time::WallTime;
 
 /// Watch streams open at once, all connections together; beyond,
 /// RESOURCE_EXHAUSTED.
@@ -30,21 +31,17 @@ pub const MAX_WATCHERS: usize = 64;
 
 /// The service implementation.
 pub struct Api {
-    state: Arc<State>,
+    control: Arc<Control>,
     /// Watch streams open now.
     watchers: Arc<AtomicUsize>,
 }
 
 impl Api {
-    pub fn new(state: Arc<State>) -> Self {
+    pub fn new(control: Arc<Control>) -> Self {
         Self {
-            state,
+            control,
             watchers: Arc::new(AtomicUsize::new(0)),
         }
-    }
-
-    async fn run(&self, command: Command) -> Result<Reply, Status> {
-        self.state.dispatch(command).await.map_err(status_of)
     }
 }
 
@@ -73,50 +70,46 @@ impl Drop for WatcherSlot {
     }
 }
 
-/// `DumpRequest` as a command: the label is checked here.
-pub fn dump_command(req: pb::DumpRequest) -> Result<Command, CommandError> {
+/// `DumpRequest` as the dump pipeline takes it: the label is checked
+/// and the window resolved against the clock now.
+pub fn dump_request(req: pb::DumpRequest, now: WallTime) -> Result<DumpRequest, DumpError> {
     let label = (!req.label.is_empty()).then_some(req.label);
     if let Some(l) = &label {
-        validate_label(l)?;
+        validate_label(l).map_err(|e| DumpError::InvalidArgument {
+            field: "label",
+            message: e.to_string(),
+        })?;
     }
-    Ok(Command::Dump {
+    let window = WindowRequest {
+        at: req.at_unix_ns.map(WallTime::from_unix_nanos),
+        before: req.before_ns.map(Duration::from_nanos),
+        after: req.after_ns.map(Duration::from_nanos),
+    }
+    .resolve(now)
+    .map_err(|e| DumpError::InvalidArgument {
+        field: e.field,
+        message: e.message,
+    })?;
+    Ok(DumpRequest {
         label,
-        compress: req.compress,
-        window: WindowRequest {
-            at_unix_ns: req.at_unix_ns,
-            before: req.before_ns.map(Duration::from_nanos),
-            after: req.after_ns.map(Duration::from_nanos),
-        },
+        // `compress: false` asks for nothing: [snapshot] compression applies.
+        compress: req.compress.then_some(true),
+        window,
     })
 }
 
-/// `RotateRequest` as a command: absent limits are 0, "no limit".
-pub fn rotate_command(req: &pb::RotateRequest) -> Command {
-    Command::Rotate(RotateLimits {
-        max_snapshots: req.max_snapshots.unwrap_or(0),
-        max_bytes: req.max_bytes.unwrap_or(0),
-        max_age: Duration::from_secs(req.max_age_seconds.unwrap_or(0)),
+/// `RotateRequest`'s limits: absent limits and 0 are "no limit", as in
+/// the config file.
+pub fn rotate_limits(req: &pb::RotateRequest) -> RotateLimits {
+    RotateLimits {
+        max_snapshots: req.max_snapshots.filter(|&n| n > 0),
+        max_bytes: req.max_bytes.filter(|&n| n > 0),
+        max_age: req
+            .max_age_seconds
+            .filter(|&n| n > 0)
+            .map(Duration::from_secs),
         delete_all: req.delete_all,
-    })
-}
-
-/// `CompressRequest` as a command: level 0 means the configured one.
-pub fn compress_command(req: pb::CompressRequest) -> Result<Command, CommandError> {
-    let level = match req.level {
-        0 => None,
-        l @ 1..=22 => Some(l),
-        l => {
-            return Err(CommandError::InvalidArgument {
-                field: "level",
-                message: format!("{l} is not a zstd level (1 to 22, or 0 for the configured one)"),
-            });
-        }
-    };
-    Ok(Command::Compress { id: req.id, level })
-}
-
-fn unexpected(reply: Reply) -> Status {
-    Status::internal(format!("the dispatcher answered with {reply:?}"))
+    }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
@@ -127,63 +120,75 @@ impl FlightRecorder for Api {
         &self,
         request: Request<pb::DumpRequest>,
     ) -> Result<Response<pb::DumpReply>, Status> {
-        let command = dump_command(request.into_inner()).map_err(status_of)?;
-        match self.run(command).await? {
-            Reply::Dump { done, coalesced } => Ok(Response::new(dump_reply(&done, coalesced))),
-            other => Err(unexpected(other)),
+        if self.control.lifecycle.is_shutting_down() {
+            return Err(dump_status(DumpError::ShuttingDown));
         }
+        let request = dump_request(request.into_inner(), WallTime::now()).map_err(dump_status)?;
+        tracing::debug!(
+            label = %crate::log_limit::cut(request.label.as_deref().unwrap_or("")),
+            "dump requested over the API"
+        );
+        let served = self
+            .control
+            .dumps
+            .dump(TriggerKind::Api, request)
+            .await
+            .map_err(dump_status)?;
+        Ok(Response::new(dump_reply(&served.done, served.coalesced)))
     }
 
     async fn list(
         &self,
         _request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListReply>, Status> {
-        match self.run(Command::List).await? {
-            Reply::List(list) => Ok(Response::new(pb::ListReply {
-                snapshots: snapshots_pb(&list),
-            })),
-            other => Err(unexpected(other)),
-        }
+        let list = self.control.snapshots.list().await.map_err(Status::from)?;
+        Ok(Response::new(pb::ListReply {
+            snapshots: snapshots_pb(&list),
+        }))
     }
 
     async fn rotate(
         &self,
         request: Request<pb::RotateRequest>,
     ) -> Result<Response<pb::RotateReply>, Status> {
-        match self.run(rotate_command(request.get_ref())).await? {
-            Reply::Rotate { removed, kept } => Ok(Response::new(pb::RotateReply {
-                removed: snapshots_pb(&removed),
-                kept: snapshots_pb(&kept),
-            })),
-            other => Err(unexpected(other)),
-        }
+        let limits = rotate_limits(request.get_ref());
+        let (removed, kept) = self
+            .control
+            .snapshots
+            .rotate(limits)
+            .await
+            .map_err(Status::from)?;
+        Ok(Response::new(pb::RotateReply {
+            removed: snapshots_pb(&removed),
+            kept: snapshots_pb(&kept),
+        }))
     }
 
     async fn compress(
         &self,
         request: Request<pb::CompressRequest>,
     ) -> Result<Response<pb::CompressReply>, Status> {
-        let command = compress_command(request.into_inner()).map_err(status_of)?;
-        match self.run(command).await? {
-            Reply::Compress {
-                bytes_before,
-                after,
-            } => Ok(Response::new(pb::CompressReply {
-                snapshot: Some(snapshot_pb(&after)),
-                bytes_before,
-            })),
-            other => Err(unexpected(other)),
-        }
+        let req = request.into_inner();
+        // 0 asks for the configured level.
+        let level = (req.level != 0).then_some(req.level);
+        let compressed = self
+            .control
+            .snapshots
+            .compress(req.id, level)
+            .await
+            .map_err(Status::from)?;
+        Ok(Response::new(pb::CompressReply {
+            snapshot: Some(snapshot_pb(&compressed.after)),
+            bytes_before: compressed.bytes_before,
+        }))
     }
 
     async fn status(
         &self,
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusReply>, Status> {
-        match self.run(Command::Status).await? {
-            Reply::Status(report) => Ok(Response::new(status_reply(*report))),
-            other => Err(unexpected(other)),
-        }
+        let report = self.control.status().await.map_err(Status::from)?;
+        Ok(Response::new(status_reply(report)))
     }
 
     type WatchStream = WatchStream;
@@ -192,13 +197,13 @@ impl FlightRecorder for Api {
         &self,
         _request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        if self.state.is_shutting_down() {
-            return Err(status_of(CommandError::ShuttingDown));
+        if self.control.lifecycle.is_shutting_down() {
+            return Err(dump_status(DumpError::ShuttingDown));
         }
         let slot = WatcherSlot::take(&self.watchers)?;
         tracing::debug!("watch stream opened");
-        let mut events = self.state.subscribe();
-        let mut stop = self.state.shutdown_signal();
+        let mut events = self.control.events.subscribe();
+        let mut stop = self.control.lifecycle.shutdown_signal();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let _slot = slot;
@@ -229,12 +234,11 @@ impl FlightRecorder for Api {
         &self,
         _request: Request<pb::ReloadRequest>,
     ) -> Result<Response<pb::ReloadReply>, Status> {
-        match self.run(Command::Reload).await? {
-            Reply::Reload { changed, summary } => {
-                Ok(Response::new(pb::ReloadReply { changed, summary }))
-            }
-            other => Err(unexpected(other)),
-        }
+        let reloaded = self.control.reload().await.map_err(reload_status)?;
+        Ok(Response::new(pb::ReloadReply {
+            changed: reloaded.changed,
+            summary: reloaded.summary,
+        }))
     }
 }
 
@@ -242,65 +246,63 @@ impl FlightRecorder for Api {
 mod tests {
     use super::*;
 
+    const NOW: WallTime = WallTime::from_unix_nanos(1_800_000_000_000_000_000);
+
     #[test]
-    fn requests_are_parsed_into_commands_naming_a_bad_field() {
-        let bad = dump_command(pb::DumpRequest {
-            label: "../x".into(),
-            ..Default::default()
-        })
+    fn requests_are_parsed_naming_a_bad_field() {
+        let bad = dump_request(
+            pb::DumpRequest {
+                label: "../x".into(),
+                ..Default::default()
+            },
+            NOW,
+        )
         .unwrap_err();
         assert!(bad.to_string().starts_with("label: invalid label"), "{bad}");
-        assert_eq!(
-            dump_command(pb::DumpRequest {
-                label: String::new(),
+        let after = dump_request(
+            pb::DumpRequest {
+                after_ns: Some(3_600_000_000_000),
+                ..Default::default()
+            },
+            NOW,
+        )
+        .unwrap_err();
+        assert!(matches!(
+            after,
+            DumpError::InvalidArgument {
+                field: "after_ns",
+                ..
+            }
+        ));
+        let ok = dump_request(
+            pb::DumpRequest {
                 compress: true,
                 before_ns: Some(2_000_000_000),
                 ..Default::default()
-            })
-            .unwrap(),
-            Command::Dump {
-                label: None,
-                compress: true,
-                window: WindowRequest {
-                    before: Some(Duration::from_secs(2)),
-                    ..Default::default()
-                }
-            }
-        );
-        let level = compress_command(pb::CompressRequest {
-            id: "a".into(),
-            level: 23,
-        })
-        .unwrap_err();
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(ok.label, None);
+        assert_eq!(ok.compress, Some(true));
         assert_eq!(
-            level.to_string(),
-            "level: 23 is not a zstd level (1 to 22, or 0 for the configured one)"
+            ok.window.window.start,
+            Some(NOW.saturating_sub(Duration::from_secs(2)))
         );
-        assert_eq!(
-            compress_command(pb::CompressRequest {
-                id: "a".into(),
-                level: 0,
-            })
-            .unwrap(),
-            Command::Compress {
-                id: "a".into(),
-                level: None
-            }
-        );
-        let rotate = rotate_command(&pb::RotateRequest {
+        let rotate = rotate_limits(&pb::RotateRequest {
             max_snapshots: Some(3),
-            max_bytes: None,
+            max_bytes: Some(0),
             max_age_seconds: Some(60),
             delete_all: false,
         });
         assert_eq!(
             rotate,
-            Command::Rotate(RotateLimits {
-                max_snapshots: 3,
-                max_bytes: 0,
-                max_age: Duration::from_secs(60),
+            RotateLimits {
+                max_snapshots: Some(3),
+                max_bytes: None,
+                max_age: Some(Duration::from_secs(60)),
                 delete_all: false
-            })
+            }
         );
     }
 }

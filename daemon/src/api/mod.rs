@@ -28,7 +28,7 @@ pub use connections::{ConnectionLimits, Connections, Peer, open_fds, raise_fd_li
 use handlers::Api;
 use peer::{AuthorizeLayer, check_peer, current_group, off_runtime};
 
-use crate::control::{self, State};
+use crate::control::{self, Control};
 
 /// Streams one connection may have open at once (HTTP/2
 /// SETTINGS_MAX_CONCURRENT_STREAMS): more wait in the client.
@@ -39,12 +39,12 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 /// as many connections as the descriptor limit leaves room for beside what
 /// dumps need.
 pub async fn serve(
-    state: Arc<State>,
+    state: Arc<Control>,
     listener: UnixListener,
     connections: Arc<Connections>,
 ) -> Result<(), tonic::transport::Error> {
     let (tx, rx) = mpsc::channel::<io::Result<ApiConnection>>(16);
-    let mut stop = state.shutdown_signal();
+    let mut stop = state.lifecycle.shutdown_signal();
     let admission = state.clone();
     let registry = connections.clone();
     tokio::spawn(async move {
@@ -117,7 +117,7 @@ pub async fn serve(
         }
     });
     let reaper = connections.clone();
-    let mut stop_reaper = state.shutdown_signal();
+    let mut stop_reaper = state.lifecycle.shutdown_signal();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -131,7 +131,7 @@ pub async fn serve(
             }
         }
     });
-    let mut stop = state.shutdown_signal();
+    let mut stop = state.lifecycle.shutdown_signal();
     let authorize = AuthorizeLayer {
         state: state.clone(),
     };

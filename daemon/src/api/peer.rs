@@ -16,7 +16,7 @@ use tonic::Status;
 use tonic::codegen::{BoxFuture, http};
 
 pub use super::connections::Peer;
-use crate::control::State;
+use crate::control::Control;
 use crate::log_limit::RateLimitedWarning;
 
 /// How long a peer check may wait for the group database; past it the
@@ -85,8 +85,8 @@ pub fn check_peer(peer: &Peer, group: Option<Gid>) -> Result<(), String> {
 }
 
 /// The socket group in force now.
-pub fn current_group(state: &State) -> Option<Gid> {
-    state.current().group.as_ref().map(|g| g.1)
+pub fn current_group(state: &Control) -> Option<Gid> {
+    state.live.current().group.as_ref().map(|g| g.1)
 }
 
 /// Runs `check` (which may consult the group database) on a blocking
@@ -108,7 +108,7 @@ pub async fn off_runtime<T: Send + 'static>(
 /// Every request is checked against the current policy, not only the
 /// connection at accept: a peer whose access was revoked (by a reload or
 /// in the group database) gets PERMISSION_DENIED on its open connection.
-async fn authorize(state: &State, peer: Option<Peer>) -> Result<(), Status> {
+async fn authorize(state: &Control, peer: Option<Peer>) -> Result<(), Status> {
     let Some(peer) = peer else {
         return Err(Status::permission_denied(
             "the connection carries no peer credentials",
@@ -135,7 +135,7 @@ async fn authorize(state: &State, peer: Option<Peer>) -> Result<(), Status> {
 /// service.
 #[derive(Clone)]
 pub struct AuthorizeLayer {
-    pub state: Arc<State>,
+    pub state: Arc<Control>,
 }
 
 impl<S> tower::Layer<S> for AuthorizeLayer {
@@ -152,7 +152,7 @@ impl<S> tower::Layer<S> for AuthorizeLayer {
 /// See [`AuthorizeLayer`].
 #[derive(Clone)]
 pub struct Authorize<S> {
-    state: Arc<State>,
+    state: Arc<Control>,
     inner: S,
 }
 

@@ -4,18 +4,17 @@
 //! Status and `snapctl triggers` show.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
 
-use flightrec_config::{ConfigError, LoadedConfig, TriggerConfig, TriggerOn};
+use flightrec_config::{Config, ConfigError, LoadedConfig, TriggerConfig, TriggerOn};
 
-use super::outcome::TriggerFired;
-use super::{Event, State};
+use super::Control;
+use crate::dump::{Trigger, TriggerKind};
+use crate::events::{Event, TriggerFired};
 use crate::perf::cpus::online_cpus;
-use crate::store::unix_ns;
-use crate::triggers::conditions::{Conditions, Fired, Opened};
+use crate::time::WallTime;
+use crate::triggers::conditions::{Conditions as Running, Fired, Opened};
 use crate::triggers::gate::Verdict;
-use crate::triggers::{Trigger, TriggerKind};
 
 /// What one trigger did since the daemon started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,7 +22,7 @@ pub struct TriggerCounters {
     pub fired: u64,
     pub dumped: u64,
     pub suppressed: u64,
-    pub last_fired_unix_ns: i64,
+    pub last_fired: Option<WallTime>,
     pub last_matched: String,
 }
 
@@ -38,12 +37,12 @@ pub struct TriggerStatus {
 
 /// The running conditions and the counters (kept by name across reloads).
 #[derive(Default)]
-pub struct ConditionState {
-    running: Mutex<Option<Conditions>>,
+pub struct Conditions {
+    running: Mutex<Option<Running>>,
     counters: Mutex<BTreeMap<String, TriggerCounters>>,
 }
 
-impl ConditionState {
+impl Conditions {
     /// Stops the condition thread (shutdown).
     pub fn stop(&self) {
         let old = self
@@ -56,6 +55,35 @@ impl ConditionState {
 
     fn counters(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TriggerCounters>> {
         self.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A snapshot was written for `kinds`: count it for each condition.
+    pub fn credit_dump(&self, kinds: &[TriggerKind]) {
+        let mut counters = self.counters();
+        for k in kinds {
+            if let TriggerKind::Condition(name) = k {
+                counters.entry(name.to_string()).or_default().dumped += 1;
+            }
+        }
+    }
+
+    /// The triggers `config` configures with their counters, in config
+    /// order.
+    pub fn statuses(&self, config: &Config) -> Vec<TriggerStatus> {
+        let counters = self.counters();
+        config
+            .triggers
+            .iter()
+            .map(|t| {
+                let t = t.get_ref();
+                TriggerStatus {
+                    name: t.name.get_ref().clone(),
+                    on: t.on.get_ref().as_str(),
+                    condition: condition_of(t),
+                    counters: counters.get(t.name.get_ref()).cloned().unwrap_or_default(),
+                }
+            })
+            .collect()
     }
 }
 
@@ -101,7 +129,7 @@ pub fn open_conditions(loaded: &LoadedConfig) -> Result<Opened, ConfigError> {
     } else {
         Vec::new()
     };
-    Conditions::open(triggers, &cpus).map_err(|e| {
+    Running::open(triggers, &cpus).map_err(|e| {
         let span = e
             .trigger_index()
             .and_then(|i| triggers.get(i))
@@ -110,21 +138,19 @@ pub fn open_conditions(loaded: &LoadedConfig) -> Result<Opened, ConfigError> {
     })
 }
 
-impl State {
+impl Control {
     /// Starts watching `opened` (replacing the conditions running before),
     /// at the configured realtime priority.
     pub fn start_conditions(self: &Arc<Self>, opened: Opened) -> Result<(), ConfigError> {
-        let cur = self.current();
+        let cur = self.live.current();
         let priority = *cur.config.config.snapshot.realtime_priority.get_ref();
         self.conditions.stop();
         if opened.is_empty() {
             return Ok(());
         }
-        let weak: Weak<State> = Arc::downgrade(self);
-        let losses_of = weak.clone();
+        let live = Arc::downgrade(&self.live);
         let losses = Box::new(move || {
-            let state = losses_of.upgrade()?;
-            let status = state.current().recorder.status();
+            let status = live.upgrade()?.current().recorder.status();
             Some(
                 status
                     .cpus
@@ -133,18 +159,19 @@ impl State {
                     .sum(),
             )
         });
+        let weak = self.weak();
         let sink = Box::new(move |fired: Fired| {
-            if let Some(state) = weak.upgrade() {
-                state.on_fired(fired);
+            if let Some(control) = weak.upgrade() {
+                control.on_fired(fired);
             }
         });
-        let conditions = Conditions::start(opened, priority, losses, sink)
+        let running = Running::start(opened, priority, losses, sink)
             .map_err(|e| cur.config.error_at(0..0, e.to_string()))?;
         *self
             .conditions
             .running
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(conditions);
+            .unwrap_or_else(|p| p.into_inner()) = Some(running);
         Ok(())
     }
 
@@ -156,6 +183,7 @@ impl State {
             Verdict::Suppressed(why) => Some(why.as_str()),
             _ => None,
         };
+        let now = WallTime::now();
         {
             let mut counters = self.conditions.counters();
             let c = counters.entry(fired.name.to_string()).or_default();
@@ -163,27 +191,21 @@ impl State {
             if suppressed_by.is_some() {
                 c.suppressed += fired.times;
             }
-            c.last_fired_unix_ns = unix_ns(SystemTime::now());
+            c.last_fired = Some(now);
             c.last_matched = fired.matched.clone();
         }
         match suppressed_by {
             None => {
                 tracing::info!(trigger = %fired.name, matched = %fired.matched, "trigger fired");
-                let mut t = Trigger::now(
-                    TriggerKind::Condition(fired.name.clone()),
-                    Some(fired.label.clone()),
-                    fired.compress,
-                    None,
-                );
+                let mut t = Trigger::now(TriggerKind::Condition(fired.name.clone()), None);
+                t.label = Some(fired.label.clone());
+                t.compress = fired.compress;
                 t.delay = fired.delay;
                 t.matched = Some(fired.matched.clone());
                 // The window starts `before` the firing; the end stays
                 // open: post_trigger_delay plays `after`.
-                t.window.start_unix_ns = fired.before.map(|b| {
-                    unix_ns(SystemTime::now())
-                        .saturating_sub(i64::try_from(b.as_nanos()).unwrap_or(i64::MAX))
-                });
-                self.queue_trigger(t);
+                t.window.start = fired.before.map(|b| now.saturating_sub(b));
+                self.dumps.queue(t);
             }
             Some(why) => tracing::info!(
                 trigger = %fired.name,
@@ -192,42 +214,12 @@ impl State {
                 "trigger fired, no dump: {why} (rate limit)"
             ),
         }
-        self.publish(Event::TriggerFired(TriggerFired {
+        self.events.publish(Event::TriggerFired(TriggerFired {
             name: fired.name.to_string(),
             matched: fired.matched,
             dumped: suppressed_by.is_none(),
             suppressed_by: suppressed_by.unwrap_or_default(),
             times: fired.times,
         }));
-    }
-
-    /// A snapshot was written for `kinds`: count it for each condition.
-    pub(super) fn credit_dump(&self, kinds: &[TriggerKind]) {
-        let mut counters = self.conditions.counters();
-        for k in kinds {
-            if let TriggerKind::Condition(name) = k {
-                counters.entry(name.to_string()).or_default().dumped += 1;
-            }
-        }
-    }
-
-    /// The configured triggers with their counters, in config order.
-    pub fn trigger_statuses(&self) -> Vec<TriggerStatus> {
-        let cur = self.current();
-        let counters = self.conditions.counters();
-        cur.config
-            .config
-            .triggers
-            .iter()
-            .map(|t| {
-                let t = t.get_ref();
-                TriggerStatus {
-                    name: t.name.get_ref().clone(),
-                    on: t.on.get_ref().as_str(),
-                    condition: condition_of(t),
-                    counters: counters.get(t.name.get_ref()).cloned().unwrap_or_default(),
-                }
-            })
-            .collect()
     }
 }

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use flightrec_config::{Config, ConfigError, LoadedConfig};
 use nix::unistd::{Gid, Group};
 
+use crate::dump::Timing;
 use crate::recorder::{self, Recorder, StartError};
 use crate::store::RetentionPolicy;
-use crate::triggers::Timing;
 
 /// Where the config comes from.
 #[derive(Debug, Clone)]
@@ -168,6 +168,7 @@ pub fn check_paths(
         };
         check_creatable(&history.dir, true).map_err(at)?;
         check_own_dir(&history.dir, group).map_err(at)?;
+        check_history_dir(&history.dir).map_err(at)?;
     }
     if let Some(dir) = daemon.socket.parent()
         && !dir.as_os_str().is_empty()
@@ -203,6 +204,21 @@ pub fn check_own_dir(dir: &Path, group: Option<&(String, Gid)>) -> Result<(), St
         format!(
             "{what} {}; only root and the socket group may write where the daemon keeps \
              snapshots",
+            e.reason
+        )
+    })
+}
+
+/// The history's directory may be written by the daemon's user alone:
+/// the daemon reads its segments back at dump time, and a file planted or
+/// swapped there would be read by root.
+pub fn check_history_dir(dir: &Path) -> Result<(), String> {
+    let owner = nix::unistd::geteuid().as_raw();
+    flightrec_files::dirs::check_owner_only(dir, owner).map_err(|e| {
+        format!(
+            "{} {}; the history's segments are read back by the daemon, so only it may write \
+             there",
+            flightrec_config::quoted(&e.dir.to_string_lossy()),
             e.reason
         )
     })

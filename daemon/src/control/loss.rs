@@ -4,17 +4,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::State;
-use super::outcome::{Event, Loss};
+use super::Control;
+use crate::events::{Event, Loss};
 use crate::recorder::RecorderStatus;
 
 /// Runs until aborted.
-pub async fn watch_losses(state: Arc<State>) {
+pub async fn watch_losses(control: Arc<Control>) {
     let mut last: Option<(usize, RecorderStatus)> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let cur = state.current();
+        let cur = control.live.current();
         // A re-opened recorder starts its counters again.
         let id = Arc::as_ptr(&cur.recorder) as usize;
         let recorder = cur.recorder.clone();
@@ -40,7 +40,7 @@ pub async fn watch_losses(state: Arc<State>) {
                         "samples lost while a capture paused the ring"
                     );
                 }
-                state.publish(Event::Loss(loss));
+                control.events.publish(Event::Loss(loss));
             }
         }
         last = Some((id, status));

@@ -11,10 +11,10 @@ use super::config::{
     OpenError, check_paths, host_name, log_removed_temps, resolve_group, retention_of,
     start_recorder, timing_of,
 };
-use super::{Current, State};
+use super::{Control, Current};
+use crate::dump::apply_retention;
 use crate::perf::sched::pin_freeze_workers;
 use crate::store::{Store, StoreError};
-use crate::triggers::Message;
 
 /// Why a new config was not applied (the running one is kept).
 #[derive(Debug, thiserror::Error)]
@@ -29,27 +29,40 @@ pub enum ReloadError {
     SocketGroup(#[from] SocketGroupError),
     #[error("the reload thread failed: {0}")]
     Thread(#[from] tokio::task::JoinError),
+    #[error("flightrecd is shutting down")]
+    ShuttingDown,
 }
 
-impl State {
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    pub changed: bool,
+    /// "no change", or "changed: ..." naming what.
+    pub summary: String,
+}
+
+impl Control {
     /// Re-reads the config (SIGHUP and `Reload`). A bad config is rejected
-    /// and the running one kept. Returns (changed, summary).
-    pub async fn reload(self: &Arc<Self>) -> Result<(bool, String), ReloadError> {
-        let _guard = self.reload_lock.lock().await;
+    /// and the running one kept.
+    pub async fn reload(self: &Arc<Self>) -> Result<Reloaded, ReloadError> {
+        if self.lifecycle.is_shutting_down() {
+            return Err(ReloadError::ShuttingDown);
+        }
+        let _guard = self.live.reload_lock.lock().await;
         let result = self.reload_locked().await;
         match &result {
-            Ok((_, summary)) => tracing::info!("config reloaded: {summary}"),
+            Ok(r) => tracing::info!("config reloaded: {}", r.summary),
             Err(e) => tracing::error!("config reload rejected, keeping the running config: {e}"),
         }
         result
     }
 
-    async fn reload_locked(self: &Arc<Self>) -> Result<(bool, String), ReloadError> {
-        let source = self.source.clone();
+    async fn reload_locked(self: &Arc<Self>) -> Result<Reloaded, ReloadError> {
+        let source = self.live.source.clone();
         let loaded = tokio::task::spawn_blocking(move || source.load()).await??;
         let group = resolve_group(&loaded)?;
         check_paths(&loaded, group.as_ref())?;
-        let old = self.current();
+        let old = self.live.current();
         let mut loaded = loaded;
         let history_changed = old.config.config.history != loaded.config.history;
         if history_changed {
@@ -116,7 +129,7 @@ impl State {
             None
         };
         if o.snapshot != n.snapshot {
-            let _ = self.send_to_dumps(Message::Timing(timing_of(n)));
+            self.dumps.set_timing(timing_of(n));
             if o.snapshot.realtime_priority != n.snapshot.realtime_priority {
                 pin_freeze_workers(*n.snapshot.realtime_priority.get_ref());
             }
@@ -127,7 +140,7 @@ impl State {
             changes.push("retention".into());
         }
         let changed = !changes.is_empty();
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Current {
+        self.live.replace(Current {
             config: loaded,
             store,
             recorder,
@@ -137,14 +150,15 @@ impl State {
             self.start_conditions(opened)?;
         }
         if retention_changed {
-            let policy = retention_of(&self.current().config.config);
-            self.apply_retention(&policy, None)?;
+            let cur = self.live.current();
+            let policy = retention_of(&cur.config.config);
+            apply_retention(&cur.store, &self.events, &policy, None)?;
         }
         let summary = if changed {
             format!("changed: {}", changes.join(", "))
         } else {
             "no change".into()
         };
-        Ok((changed, summary))
+        Ok(Reloaded { changed, summary })
     }
 }

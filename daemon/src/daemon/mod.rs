@@ -19,9 +19,8 @@ use crate::control::config::{
     ConfigSource, OpenError, check_paths, host_name, log_removed_temps, resolve_group,
     start_recorder,
 };
-use crate::control::{self, Current, State};
+use crate::control::{self, Control, Current};
 use crate::store::{Store, StoreError};
-use crate::triggers::TriggerKind;
 use crate::triggers::signals::{self, SignalRequest};
 pub use logging::init_logging;
 use notify::{notify, notify_reloading};
@@ -48,6 +47,8 @@ pub enum DaemonError {
     Signals(#[source] std::io::Error),
     #[error("cannot start the history: {0}")]
     History(#[source] std::io::Error),
+    #[error("cannot start the dump thread: {0}")]
+    DumpThread(#[source] std::io::Error),
     #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -131,12 +132,11 @@ fn runtime_workers(setting: Option<String>) -> usize {
 }
 
 /// What the signal thread does with each request.
-fn on_signal(state: &Arc<State>, runtime: &tokio::runtime::Handle, request: SignalRequest) {
+fn on_signal(state: &Arc<Control>, runtime: &tokio::runtime::Handle, request: SignalRequest) {
     match request {
         SignalRequest::Dump => {
             tracing::debug!("SIGUSR2: dump requested");
-            // Nobody waits on a signal's dump; the log and Watch report it.
-            drop(state.request_dump(TriggerKind::Signal, None, None, Default::default()));
+            state.signal_dump();
         }
         SignalRequest::Reload => {
             let st = state.clone();
@@ -228,11 +228,12 @@ async fn serve(
         connections,
         socket_path,
     } = open(loaded).await?;
-    let (state, queue) = State::new(source, current, socket_path.clone(), set_log_level);
-    let dump_task = tokio::spawn(control::run_dumps(state.clone(), queue));
+    let (state, dump_threads) = Control::start(source, current, socket_path.clone(), set_log_level)
+        .map_err(DaemonError::DumpThread)?;
     state.start_conditions(conditions)?;
     state.start_history().map_err(DaemonError::History)?;
     let fleet_task = state
+        .live
         .current()
         .config
         .config
@@ -244,6 +245,7 @@ async fn serve(
         let st = state.clone();
         let runtime = tokio::runtime::Handle::current();
         let priority = *st
+            .live
             .current()
             .config
             .config
@@ -271,7 +273,7 @@ async fn serve(
         tokio::spawn(watchdog::run(state.clone(), limit))
     });
 
-    let mut stop = state.shutdown_signal();
+    let mut stop = state.lifecycle.shutdown_signal();
     let served = tokio::select! {
         r = &mut server => Some(r),
         _ = control::stopped(&mut stop) => None,
@@ -289,11 +291,7 @@ async fn serve(
         t.abort();
     }
     // The dump under way finishes (its callers get their answer) first.
-    match dump_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!("the dump thread could not start: {e}"),
-        Err(e) => tracing::error!("the dump task failed: {e}"),
-    }
+    dump_threads.join().await;
     if !server_done {
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
             Ok(Ok(())) => {}

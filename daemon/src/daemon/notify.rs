@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::control::{Event, State};
+use crate::control::Control;
+use crate::events::Event;
 
 /// How often the STATUS line is refreshed besides after each snapshot
 /// event (a reload may change the CPUs, a hand may remove files).
@@ -55,8 +56,8 @@ pub fn status_line(cpus: usize, snapshots: usize, newest_unix_ns: Option<i64>) -
 
 /// The STATUS= text for the daemon as it is now (lists the store: call it
 /// off the async workers).
-fn current_status(state: &State) -> String {
-    let current = state.current();
+fn current_status(state: &Control) -> String {
+    let current = state.live.current();
     let cpus = current.recorder.cpus().len();
     match current.store.list() {
         Ok(list) => status_line(
@@ -73,8 +74,8 @@ fn current_status(state: &State) -> String {
 
 /// Keeps the STATUS= line current until the task is aborted: at once,
 /// after every snapshot written or removed, and every minute.
-pub async fn keep_status(state: Arc<State>) {
-    let mut events = state.subscribe();
+pub async fn keep_status(state: Arc<Control>) {
+    let mut events = state.events.subscribe();
     let mut sent = String::new();
     loop {
         let st = state.clone();

@@ -27,7 +27,7 @@ use tonic::transport::Endpoint;
 use tower::service_fn;
 
 use super::notify::notify;
-use crate::control::State;
+use crate::control::Control;
 
 /// How often the drain probe looks at the drain's round counter.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
@@ -77,7 +77,7 @@ impl Round {
 
 /// Sends `WATCHDOG=1` every `limit / 2` while the probes answer, until the
 /// task is aborted (at shutdown). `limit` is WatchdogSec.
-pub async fn run(state: Arc<State>, limit: Duration) {
+pub async fn run(state: Arc<Control>, limit: Duration) {
     let period = limit / 2;
     // systemd counts from READY=1, sent just before this task starts.
     let mut last_sent = Instant::now();
@@ -117,7 +117,7 @@ pub async fn run(state: Arc<State>, limit: Duration) {
 /// The dump thread is asked last, so that WATCHDOG=1 follows its answer at
 /// once: a dump that hangs after answering gets the daemon killed within
 /// WatchdogSec of the hang, not of a slower probe's answer.
-async fn probe_all(state: &Arc<State>, round: &Round) {
+async fn probe_all(state: &Arc<Control>, round: &Round) {
     tokio::join!(
         async {
             drain_answers(state, round).await;
@@ -141,7 +141,7 @@ async fn probe_all(state: &Arc<State>, round: &Round) {
         &round.dump_thread,
         Err("a dump under way does not end".into()),
     );
-    match state.ping_dump_thread().await {
+    match state.dumps.ping().await {
         Ok(()) => set(&round.dump_thread, Ok(())),
         Err(_) => {
             set(&round.dump_thread, Err("the thread has ended".into()));
@@ -152,10 +152,10 @@ async fn probe_all(state: &Arc<State>, round: &Round) {
 
 /// Resolves once the drain thread of the current recorder completes a
 /// round (a reload may replace the recorder meanwhile: its drain counts).
-async fn drain_answers(state: &State, round: &Round) {
+async fn drain_answers(state: &Control, round: &Round) {
     let mut seen: Option<(usize, u64)> = None;
     loop {
-        let current = state.current();
+        let current = state.live.current();
         let recorder = Arc::as_ptr(&current.recorder) as usize;
         match current.recorder.tracking_drain_rounds() {
             None => set(

@@ -2,7 +2,7 @@
 //! requests sent to every host (`<subject>.dump`) or to it alone
 //! (`<subject>.dump.<host>`).
 //!
-//! A matching request goes through [`State::request_dump`] with
+//! A matching request goes through [`crate::dump::Dumps::dump`] with
 //! [`TriggerKind::Fleet`], so it is coalesced and rate-limited like every
 //! other trigger; the reply (to the message's reply subject) is the
 //! snapshot's metadata or the error. NATS is never in the way of local
@@ -18,7 +18,7 @@ pub mod upload;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event as NatsEvent, Message};
 use flightrec_config::{FleetConfig, check_host, quoted};
@@ -26,10 +26,11 @@ use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
 
 use crate::control::fleet_status::{FleetReport, FleetStatus};
-use crate::control::{self, State};
+use crate::control::{self, Control};
+use crate::dump::{DumpRequest, TriggerKind};
 use crate::log_limit::{RateLimitedWarning, cut};
-use crate::store::{unix_ns, validate_label};
-use crate::triggers::{Outcome, TriggerKind};
+use crate::store::validate_label;
+use crate::time::WallTime;
 pub use request::{FleetReply, FleetRequest};
 
 /// Longest pause between two connection attempts.
@@ -55,7 +56,7 @@ pub fn fleet_host(fleet: &FleetConfig) -> String {
 
 /// Joins the fleet and serves its requests until shutdown. Never fails:
 /// what goes wrong is logged and shown by `Status`.
-pub async fn run(state: Arc<State>, fleet: FleetConfig) {
+pub async fn run(state: Arc<Control>, fleet: FleetConfig) {
     let host = fleet_host(&fleet);
     let status = state.fleet.clone();
     let destinations = upload::destinations(&fleet);
@@ -74,7 +75,7 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
         ));
         return;
     }
-    let mut stop = state.shutdown_signal();
+    let mut stop = state.lifecycle.shutdown_signal();
     let client = loop {
         match connect(&fleet, &host, &status).await {
             Ok(client) => break client,
@@ -143,7 +144,7 @@ pub async fn run(state: Arc<State>, fleet: FleetConfig) {
 
 /// What answering a request needs.
 struct Served {
-    state: Arc<State>,
+    state: Arc<Control>,
     client: Client,
     host: String,
     labels: BTreeMap<String, String>,
@@ -204,7 +205,7 @@ impl Served {
             "fleet: dump requested"
         );
         let window = match r.window().and_then(|w| {
-            w.resolve(unix_ns(SystemTime::now())).map_err(|e| {
+            w.resolve(WallTime::now()).map_err(|e| {
                 // The API's field names, as the request's keys.
                 let key = e.field.trim_end_matches("_unix_ns").trim_end_matches("_ns");
                 format!("{key}: {}", e.message)
@@ -213,22 +214,22 @@ impl Served {
             Ok(w) => w,
             Err(e) => return FleetReply::error(&self.host, e),
         };
-        match self
-            .state
-            .request_dump(TriggerKind::Fleet, r.label, r.compress, window)
-            .await
-        {
-            Ok(Outcome::Done {
-                result: Ok(done),
-                coalesced,
-            }) => {
+        let request = DumpRequest {
+            label: r.label,
+            compress: r.compress,
+            window,
+        };
+        match self.state.dumps.dump(TriggerKind::Fleet, request).await {
+            Ok(served) => {
                 self.state.fleet.update(|s| s.dumps += 1);
-                FleetReply::snapshot(&self.host, &done.snapshot, done.output.window, coalesced)
+                FleetReply::snapshot(
+                    &self.host,
+                    &served.done.snapshot,
+                    served.done.output.window,
+                    served.coalesced,
+                )
             }
-            Ok(Outcome::Done { result: Err(f), .. }) => {
-                FleetReply::error(&self.host, f.to_string())
-            }
-            Ok(Outcome::ShuttingDown) | Err(_) => FleetReply::error(&self.host, "shutting down"),
+            Err(e) => FleetReply::error(&self.host, e.to_string()),
         }
     }
 }

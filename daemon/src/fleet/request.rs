@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use flightrec_config::quoted;
 use serde::{Deserialize, Serialize};
 
-use crate::control::HeldWindow;
+use crate::dump::HeldWindow;
+use crate::dump::WindowRequest;
 use crate::store::SnapshotInfo;
-use crate::triggers::WindowRequest;
 
 /// Largest request accepted: a label and a few selector pairs fit in far
 /// less; anything bigger is refused before parsing.
@@ -75,14 +75,14 @@ impl FleetRequest {
                 })
                 .transpose()
         };
-        let at_unix_ns = self
+        let at = self
             .at
             .as_deref()
             .map(|t| {
                 humantime::parse_rfc3339(t.trim())
                     .ok()
-                    .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
-                    .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                    .filter(|time| *time > std::time::UNIX_EPOCH)
+                    .map(crate::time::WallTime::of)
                     .ok_or_else(|| {
                         format!(
                             "at: {} is not a time in RFC 3339 (UTC, e.g. 2026-11-23T21:04:05Z)",
@@ -92,7 +92,7 @@ impl FleetRequest {
             })
             .transpose()?;
         Ok(WindowRequest {
-            at_unix_ns,
+            at,
             before: duration("before", &self.before)?,
             after: duration("after", &self.after)?,
         })
@@ -157,8 +157,8 @@ impl FleetReply {
                 trigger: s.trigger.clone(),
                 created_unix_ns: s.created_unix_ns,
                 coalesced,
-                window_start_unix_ns: window.start_unix_ns,
-                window_end_unix_ns: window.end_unix_ns,
+                window_start_unix_ns: window.start.as_unix_nanos(),
+                window_end_unix_ns: window.end.as_unix_nanos(),
                 window_missing_ns: u64::try_from(window.missing.as_nanos()).unwrap_or(u64::MAX),
             },
         }
@@ -250,7 +250,9 @@ mod tests {
         assert_eq!(
             r.window().unwrap(),
             WindowRequest {
-                at_unix_ns: Some(1_795_467_845_500_000_000),
+                at: Some(crate::time::WallTime::from_unix_nanos(
+                    1_795_467_845_500_000_000
+                )),
                 before: Some(std::time::Duration::from_secs(10)),
                 after: Some(std::time::Duration::from_millis(250)),
             }
@@ -314,8 +316,8 @@ mod tests {
                 "host-a",
                 &s,
                 HeldWindow {
-                    start_unix_ns: 10,
-                    end_unix_ns: 20,
+                    start: crate::time::WallTime::from_unix_nanos(10),
+                    end: crate::time::WallTime::from_unix_nanos(20),
                     missing: std::time::Duration::from_nanos(3),
                 },
                 false,

@@ -16,8 +16,8 @@ use flightrec_config::{FleetConfig, S3Config};
 use super::jetstream::{self, JetStreamDestination};
 use super::object::headers_of;
 use super::s3::S3Destination;
-use crate::control::outcome::Uploaded;
-use crate::control::{self, Event, State};
+use crate::control::{self, Control};
+use crate::events::{Event, Uploaded};
 use crate::store::{SnapshotInfo, Store, unix_ns};
 
 /// Destination names, as sidecars, Status and Watch give them.
@@ -56,7 +56,7 @@ fn upload_deadline(bytes: u64) -> Duration {
 
 /// What the upload task needs.
 pub struct Uploader {
-    pub state: Arc<State>,
+    pub state: Arc<Control>,
     pub client: Client,
     pub host: String,
     pub labels: BTreeMap<String, String>,
@@ -77,7 +77,7 @@ struct Opened {
 impl Uploader {
     /// Serves the queue until shutdown.
     pub async fn run(self) {
-        let mut stop = self.state.shutdown_signal();
+        let mut stop = self.state.lifecycle.shutdown_signal();
         let mut opened = Opened::default();
         let mut retry = FIRST_RETRY;
         loop {
@@ -107,7 +107,7 @@ impl Uploader {
     /// and fsyncs) runs on blocking threads: a slow file system stalls
     /// the queue, not the workers that answer the API.
     async fn pass(&self, opened: &mut Opened) -> bool {
-        let store = self.state.current().store.clone();
+        let store = self.state.live.current().store.clone();
         let configured = store.upload_destinations();
         let listed = {
             let store = store.clone();
@@ -269,7 +269,7 @@ impl Uploader {
             r.uploaded += 1;
             r.last_upload_unix_ns = unix_ns(SystemTime::now());
         });
-        self.state.publish(Event::Uploaded(u));
+        self.state.events.publish(Event::Uploaded(u));
     }
 
     fn failed(&self, id: &str, destination: &str, error: String) {
@@ -278,7 +278,7 @@ impl Uploader {
             r.upload_failures += 1;
             r.last_upload_error = error.clone();
         });
-        self.state.publish(Event::UploadFailed {
+        self.state.events.publish(Event::UploadFailed {
             id: id.to_string(),
             destination: destination.to_string(),
             error,

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::abi::layout::RecordLayouts;
-use crate::abi::record_type;
+use crate::ring::filter::{Kept, RecordFilter};
+use crate::time::SampleTime;
 
 /// Records waiting to be written: per CPU, and the tracking records.
 #[derive(Default)]
@@ -16,32 +17,26 @@ pub(super) struct Pending {
 #[derive(Default)]
 pub(super) struct Batch {
     pub(super) records: Vec<u8>,
-    pub(super) count: u32,
-    pub(super) first_ns: u64,
-    pub(super) last_ns: u64,
+    /// What `records` holds: count and span.
+    pub(super) kept: Kept,
 }
 
 impl Batch {
     /// Appends the whole records of `bytes`; returns the samples its LOST
     /// records say were dropped.
     pub(super) fn add(&mut self, bytes: &[u8], layouts: &RecordLayouts) -> u64 {
-        let mut lost = 0;
-        for (header, record) in crate::ring::records(bytes).map_while(Result::ok) {
-            if header.type_ == record_type::LOST && record.len() >= 24 {
-                lost += crate::abi::get_u64(record, 16);
-            }
-            if let (Some(t), _) = layouts.time_and_cpu(record) {
-                self.first_ns = if self.count == 0 || self.first_ns == 0 {
-                    t
-                } else {
-                    self.first_ns.min(t)
-                };
-                self.last_ns = self.last_ns.max(t);
-            }
-            self.records.extend_from_slice(record);
-            self.count += 1;
-        }
-        lost
+        let added = RecordFilter::all(layouts).append(bytes, &mut self.records);
+        self.kept.merge(&added);
+        added.lost
+    }
+
+    /// The span of the records, for the frame's header (a batch without a
+    /// timed record is stamped `at`).
+    pub(super) fn times(&self, at: SampleTime) -> (SampleTime, SampleTime) {
+        (
+            self.kept.oldest.unwrap_or(at),
+            self.kept.newest.unwrap_or(at),
+        )
     }
 
     /// Empties the batch and keeps its buffer: batches are written a few
@@ -50,9 +45,7 @@ impl Batch {
     /// blocks of 1 MiB and more apart, see `perf::heap`).
     pub(super) fn clear(&mut self) {
         self.records.clear();
-        self.count = 0;
-        self.first_ns = 0;
-        self.last_ns = 0;
+        self.kept = Kept::default();
     }
 }
 
@@ -89,6 +82,8 @@ pub(super) fn frame_parts(records: &[u8]) -> Vec<(Range<usize>, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::abi::record_type;
 
     fn record(len: usize) -> Vec<u8> {
         let mut r = vec![0u8; len];

@@ -1,184 +1,201 @@
-//! A window cut from the history, turned into the capture the rings give.
+//! A window cut from the history, written as it is read: the history's
+//! records of the window, frame by frame, then what the frozen rings hold
+//! after the history's newest record. The same encoder the rings' dumps go
+//! through writes it, so the file is an ordinary snapshot.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
-use super::read::HistoryWindow;
-use crate::abi::layout::RecordLayouts;
-use crate::recorder::{Capture, CpuCapture};
+use super::read::{Frame, WindowRead, read_window};
+use super::retention::SegmentInfo;
+use super::segment::FrameKind;
+use crate::recorder::{Capture, EventDescriptor, layouts_of};
+use crate::ring::filter::{Kept, RecordFilter, TimeRange};
+use crate::snapshot::output::Fill;
+use crate::snapshot::perfdata::{Encoder, Sink};
+use crate::time::SampleTime;
 
-/// `ring` (a capture of the rings for the window `[start_ns, end_ns]`,
-/// with its events, kernel and modules) with its records replaced by those
-/// of `window`, cut from the history. The history's event ids (of this and
-/// earlier runs of the daemon) join the events with the same name and
-/// layout; records of any other event are left out. What the rings hold
-/// after the history's newest record (a history that stopped: disk full,
-/// unwritable) is kept, and the time between the two, which neither holds,
-/// is the capture's `gap_ns`.
-pub fn capture_from_history(
-    mut ring: Capture,
-    window: HistoryWindow,
-    start_ns: u64,
-    end_ns: u64,
-) -> Capture {
-    let mut known: HashSet<u64> = ring.events.iter().flat_map(|e| e.ids.clone()).collect();
-    for e in &window.events {
-        let Some(same) = ring
-            .events
-            .iter_mut()
-            .find(|r| r.name == e.name && r.attr.sample_type == e.sample_type)
-        else {
-            continue;
-        };
-        for &id in &e.ids {
-            if known.insert(id) {
-                same.ids.push(id);
+/// The events of a window cut from `segments`: `ring`'s, with the ids the
+/// history's records carry (of this and earlier runs of the daemon) joined
+/// to the event of the same name and layout. Records of any other event
+/// are left out of the cut.
+pub fn joined_events(ring: &[EventDescriptor], segments: &[SegmentInfo]) -> Vec<EventDescriptor> {
+    let mut events = ring.to_vec();
+    let mut known: HashSet<u64> = events.iter().flat_map(|e| e.ids.clone()).collect();
+    for segment in segments {
+        for e in &segment.events.events {
+            let Some(same) = events
+                .iter_mut()
+                .find(|r| r.name == e.name && r.attr.sample_type == e.sample_type)
+            else {
+                continue;
+            };
+            for &id in &e.ids {
+                if known.insert(id) {
+                    same.ids.push(id);
+                }
             }
         }
     }
-    let keep =
-        |record: &[u8]| RecordLayouts::identifier(record).is_none_or(|id| known.contains(&id));
-    let event_id = ring
-        .events
-        .first()
-        .and_then(|e| e.ids.first())
-        .copied()
-        .unwrap_or(0);
-    let mut layouts = RecordLayouts::default();
-    for e in &ring.events {
-        for &id in &e.ids {
-            layouts.insert(id, e.attr.sample_type);
+    events
+}
+
+/// The oldest and newest instant `segments` hold.
+pub fn held(segments: &[SegmentInfo]) -> Option<(SampleTime, SampleTime)> {
+    let first = segments.iter().map(|s| s.first).min()?;
+    let last = segments.iter().map(|s| s.last).max()?;
+    Some((first, last))
+}
+
+/// Time of `range` that neither `segments` nor rings holding from
+/// `ring_from` hold: from the history's newest record to the rings'
+/// oldest, when the history stopped before it.
+pub fn gap(ring_from: Option<SampleTime>, segments: &[SegmentInfo], range: TimeRange) -> Duration {
+    match (ring_from, held(segments)) {
+        (Some(ring_from), Some((_, history_to))) if ring_from > history_to => {
+            let end = range.end.map_or(ring_from, |e| ring_from.min(e));
+            let from = range.start.map_or(history_to, |s| history_to.max(s));
+            end.since(from)
         }
+        _ => Duration::ZERO,
     }
-    let history_to = window.held_to_ns.unwrap_or(0);
-    let ring_from = ring.held_from_ns;
-    ring.gap_ns = if history_to > 0 && ring_from > history_to {
-        ring_from
-            .min(end_ns)
-            .saturating_sub(history_to.max(start_ns))
-    } else {
-        0
+}
+
+/// What a cut held.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CutFigures {
+    /// Per CPU, the samples written (history and rings together).
+    pub cpus: BTreeMap<u32, Kept>,
+    pub tracking: Kept,
+    /// Where the file's window starts: the later of the start asked for
+    /// and the oldest instant the history holds.
+    pub window_start: Option<SampleTime>,
+    /// The oldest instant the history holds.
+    pub held_from: Option<SampleTime>,
+    /// Time inside the window that neither the history nor the rings hold
+    /// (a history that stopped before the rings' oldest record).
+    pub gap: Duration,
+    pub read: WindowRead,
+}
+
+/// Writes the window `range` (both ends given) through `encoder`, whose
+/// events are [`joined_events`] of `ring` and `segments`: the history's
+/// records, then those of `ring` (the rings frozen for this dump) after
+/// the history's newest.
+pub fn write_cut<S: Sink>(
+    ring: &Capture,
+    segments: &[SegmentInfo],
+    range: TimeRange,
+    encoder: &mut Encoder<'_, S>,
+) -> Result<CutFigures, Fill> {
+    let events = encoder.events().to_vec();
+    let layouts = layouts_of(&events);
+    let known: HashSet<u64> = events.iter().flat_map(|e| e.ids.clone()).collect();
+    let of_known = |range| RecordFilter {
+        layouts: &layouts,
+        range,
+        ids: Some(&known),
     };
-    let ring_cpus = std::mem::take(&mut ring.cpus);
-    let history_cpus: HashSet<u32> = window.cpus.keys().copied().collect();
-    let mut cpus: Vec<CpuCapture> = window
-        .cpus
-        .into_iter()
-        .map(|(cpu, batch)| {
-            let mut records = batch.records;
-            let mut count = retain_records(&mut records, keep);
-            let same_cpu = ring_cpus.iter().find(|c| c.cpu == cpu);
-            let mut newest_ns = batch.newest_ns;
-            if let Some(c) = same_cpu {
-                records.reserve_exact(c.records.len());
-                let after = batch.newest_ns.unwrap_or(history_to);
-                let newer = append_newer(&mut records, &c.records, &layouts, after);
-                count += newer.count;
-                newest_ns = newest_ns.max(newer.newest_ns);
+    let (held_from, history_to) = match held(segments) {
+        Some((f, l)) => (Some(f), Some(l)),
+        None => (None, None),
+    };
+    let mut figures = CutFigures {
+        held_from,
+        window_start: match (range.start, held_from) {
+            (Some(s), Some(h)) => Some(s.max(h)),
+            (s, h) => s.or(h),
+        },
+        ..CutFigures::default()
+    };
+    // The checkpoint and the tracking records after it name every
+    // process: none is synthesized at the window's start.
+    encoder
+        .window_start(
+            figures.window_start,
+            ring.kernel_text,
+            &ring.loaded_modules,
+            &[],
+        )
+        .map_err(Fill::Encode)?;
+    let event_id_of = |cpu: u32| {
+        ring.cpus
+            .iter()
+            .find(|c| c.cpu == cpu)
+            .and_then(|c| c.event_id)
+    };
+    let tracking_range = TimeRange {
+        start: None,
+        end: range.end,
+    };
+    let mut scratch = Vec::new();
+    figures.read = read_window(segments, range, |frame: Frame<'_>| {
+        scratch.clear();
+        match frame.kind {
+            FrameKind::Checkpoint | FrameKind::Tracking => {
+                let kept = of_known(tracking_range).append(frame.records, &mut scratch);
+                figures.tracking.merge(&kept);
+                encoder.tracking(&scratch).map_err(Fill::Encode)
             }
-            CpuCapture {
-                cpu,
-                event_id: same_cpu.map_or(event_id, |c| c.event_id),
-                records,
-                record_count: count,
-                oldest_ns: batch.oldest_ns,
-                newest_ns,
-                lost_since_start: same_cpu.map_or(0, |c| c.lost_since_start),
-                ..CpuCapture::default()
+            FrameKind::Samples => {
+                of_known(range).append(frame.records, &mut scratch);
+                let kept = encoder
+                    .samples(frame.cpu, event_id_of(frame.cpu), &scratch)
+                    .map_err(Fill::Encode)?;
+                figures.cpus.entry(frame.cpu).or_default().merge(&kept);
+                Ok(())
             }
-        })
-        .collect();
-    // CPUs the history has nothing of in the window: what the rings hold
-    // after it, with the times of what is kept.
-    for mut c in ring_cpus
-        .into_iter()
-        .filter(|c| !history_cpus.contains(&c.cpu))
-    {
-        let from = std::mem::take(&mut c.records);
-        let newer = append_newer(&mut c.records, &from, &layouts, history_to);
-        if newer.count > 0 {
-            c.record_count = newer.count;
-            c.oldest_ns = newer.oldest_ns;
-            c.newest_ns = newer.newest_ns;
-            cpus.push(c);
+            FrameKind::Events => Ok(()),
         }
-    }
-    ring.cpus = cpus;
-    let ring_tracking = std::mem::take(&mut ring.tracking_records);
-    let mut tracking = window.tracking;
-    let count = retain_records(&mut tracking, keep);
-    // The checkpoint and the records after it name every process: none
-    // is synthesized at the window's start.
-    ring.processes.clear();
-    let newer = append_newer(&mut tracking, &ring_tracking, &layouts, history_to);
-    ring.tracking_records = tracking;
-    ring.tracking_record_count = count + newer.count;
-    let held_from = window.held_from_ns.unwrap_or(0);
-    ring.held_from_ns = held_from;
-    ring.window_start_ns = start_ns.max(held_from);
-    ring
-}
-
-/// Keeps the records of `records` that `keep` accepts, moved down in
-/// place (a window cut from the history can be hundreds of MiB: a copy
-/// would double the dump's peak memory); returns how many. A torn tail is
-/// dropped.
-fn retain_records(records: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) -> u64 {
-    let (mut read, mut write, mut count) = (0, 0, 0);
-    while let Some(Ok((_, record))) = crate::ring::records(&records[read..]).next() {
-        let (size, kept) = (record.len(), keep(record));
-        if kept {
-            records.copy_within(read..read + size, write);
-            write += size;
-            count += 1;
+    })?;
+    // What the rings hold after the history (all of them when it holds
+    // nothing of a CPU, or stopped: disk full, unwritable).
+    let history_to = history_to.unwrap_or_default();
+    for cpu in &ring.cpus {
+        let after = figures
+            .cpus
+            .get(&cpu.cpu)
+            .and_then(|k| k.newest)
+            .unwrap_or(history_to);
+        let newer = TimeRange {
+            start: TimeRange::after(after).start,
+            end: range.end,
+        };
+        scratch.clear();
+        of_known(newer).append(&cpu.records, &mut scratch);
+        if scratch.is_empty() {
+            continue;
         }
-        read += size;
+        let kept = encoder
+            .samples(cpu.cpu, cpu.event_id, &scratch)
+            .map_err(Fill::Encode)?;
+        figures.cpus.entry(cpu.cpu).or_default().merge(&kept);
     }
-    records.truncate(write);
-    count
-}
-
-/// What [`append_newer`] appended.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Appended {
-    count: u64,
-    oldest_ns: Option<u64>,
-    newest_ns: Option<u64>,
-}
-
-/// Appends to `out` the records of `from` newer than `after_ns`.
-fn append_newer(
-    out: &mut Vec<u8>,
-    from: &[u8],
-    layouts: &RecordLayouts,
-    after_ns: u64,
-) -> Appended {
-    let mut appended = Appended::default();
-    for (_, record) in crate::ring::records(from).map_while(Result::ok) {
-        if let (Some(t), _) = layouts.time_and_cpu(record)
-            && t > after_ns
-        {
-            out.extend_from_slice(record);
-            appended.count += 1;
-            appended.oldest_ns = Some(appended.oldest_ns.map_or(t, |o| o.min(t)));
-            appended.newest_ns = appended.newest_ns.max(Some(t));
-        }
-    }
-    appended
+    scratch.clear();
+    let kept = of_known(TimeRange::after(history_to)).append(&ring.tracking_records, &mut scratch);
+    figures.tracking.merge(&kept);
+    encoder.tracking(&scratch).map_err(Fill::Encode)?;
+    figures.gap = gap(ring.held_from, segments, range);
+    Ok(figures)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::sync::Arc;
 
     use super::*;
-    use crate::abi::sample;
     use crate::abi::test_records::with_words;
-    use crate::abi::{EventAttr, record_type};
-    use crate::history::read::CpuRecords;
-    use crate::history::segment::SegmentEvent;
-    use crate::recorder::EventDescriptor;
+    use crate::abi::{EventAttr, record_type, sample};
+    use crate::history::segment::{FILE_MAGIC, SegmentEvent, SegmentEvents, encode_frame};
+    use crate::recorder::CpuCapture;
+    use crate::snapshot::testing::{SCHED_SWITCH_FORMAT, synthetic_host};
 
     const SAMPLE_TYPE: u64 = sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU;
+
+    fn t(ns: u64) -> SampleTime {
+        SampleTime::from_nanos(ns)
+    }
 
     /// A sample of event `id` at `time` on `cpu`.
     fn sample_at(id: u64, time: u64, cpu: u32) -> Vec<u8> {
@@ -188,18 +205,8 @@ mod tests {
         )
     }
 
-    fn times(records: &[u8]) -> Vec<u64> {
-        let mut layouts = RecordLayouts::default();
-        for id in [1, 2, 9] {
-            layouts.insert(id, SAMPLE_TYPE);
-        }
-        crate::ring::records(records)
-            .map_while(Result::ok)
-            .filter_map(|(_, r)| layouts.time_and_cpu(r).0)
-            .collect()
-    }
-
-    fn ring_capture(cpus: Vec<CpuCapture>, held_from_ns: u64) -> Capture {
+    fn ring_capture(cpus: Vec<CpuCapture>) -> Capture {
+        let held_from = cpus.iter().filter_map(|c| c.oldest).min();
         Capture {
             events: vec![EventDescriptor {
                 name: "cpu-clock".into(),
@@ -211,119 +218,178 @@ mod tests {
                 tracepoint: None,
             }],
             cpus,
-            held_from_ns,
+            held_from,
+            window_start: held_from,
             ..Capture::default()
         }
     }
 
     /// A ring CPU's records, newest first as a backward ring gives them.
     fn ring_cpu(cpu: u32, times: &[u64]) -> CpuCapture {
-        let records: Vec<u8> = times
-            .iter()
-            .rev()
-            .flat_map(|&t| sample_at(1, t, cpu))
-            .collect();
         CpuCapture {
             cpu,
-            event_id: 1,
-            records,
+            event_id: Some(1),
+            records: times
+                .iter()
+                .rev()
+                .flat_map(|&x| sample_at(1, x, cpu))
+                .collect(),
             record_count: times.len() as u64,
-            oldest_ns: times.iter().min().copied(),
-            newest_ns: times.iter().max().copied(),
+            oldest: times.iter().min().copied().map(t),
+            newest: times.iter().max().copied().map(t),
             lost_since_start: 7,
             ..CpuCapture::default()
         }
     }
 
-    fn history(cpus: &[(u32, &[u64], u64)], held: (u64, u64)) -> HistoryWindow {
-        let mut map = BTreeMap::new();
-        for &(cpu, times, id) in cpus {
-            map.insert(
-                cpu,
-                CpuRecords {
-                    records: times.iter().flat_map(|&t| sample_at(id, t, cpu)).collect(),
-                    count: times.len() as u64,
-                    oldest_ns: times.iter().min().copied(),
-                    newest_ns: times.iter().max().copied(),
-                },
-            );
-        }
-        HistoryWindow {
-            cpus: map,
+    /// A segment file in `dir` of the samples `(cpu, times, id)`.
+    fn segment(dir: &Path, name: &str, cpus: &[(u32, &[u64], u64)]) -> SegmentInfo {
+        let events = SegmentEvents {
+            boot_id: "b".into(),
             events: vec![SegmentEvent {
                 name: "cpu-clock".into(),
                 sample_type: SAMPLE_TYPE,
                 ids: vec![2],
             }],
-            held_from_ns: Some(held.0),
-            held_to_ns: Some(held.1),
-            ..HistoryWindow::default()
+        };
+        let all: Vec<u64> = cpus.iter().flat_map(|c| c.1.iter().copied()).collect();
+        let (first, last) = (t(*all.iter().min().unwrap()), t(*all.iter().max().unwrap()));
+        let mut bytes = FILE_MAGIC.to_vec();
+        bytes.extend(
+            encode_frame(
+                FrameKind::Events,
+                0,
+                (first, first),
+                0,
+                &events.to_bytes(),
+                1,
+            )
+            .unwrap(),
+        );
+        bytes.extend(encode_frame(FrameKind::Checkpoint, 0, (first, first), 0, &[], 1).unwrap());
+        for &(cpu, times, id) in cpus {
+            let records: Vec<u8> = times.iter().flat_map(|&x| sample_at(id, x, cpu)).collect();
+            let span = (t(times[0]), t(*times.last().unwrap()));
+            bytes.extend(
+                encode_frame(
+                    FrameKind::Samples,
+                    cpu,
+                    span,
+                    times.len() as u32,
+                    &records,
+                    1,
+                )
+                .unwrap(),
+            );
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        SegmentInfo {
+            path,
+            first,
+            last,
+            bytes: bytes.len() as u64,
+            checkpoint: first,
+            events: Arc::new(events),
         }
     }
 
-    #[test]
-    fn retaining_moves_the_kept_records_down_in_order_and_drops_a_torn_tail() {
-        let mut records: Vec<u8> = [
-            sample_at(1, 10, 0),
-            sample_at(9, 20, 0),
-            sample_at(1, 30, 0),
-            sample_at(9, 40, 0),
-            sample_at(1, 50, 0),
-        ]
-        .concat();
-        records.extend_from_slice(&sample_at(1, 60, 0)[..12]);
-        let count = retain_records(&mut records, |r| RecordLayouts::identifier(r) == Some(1));
-        assert_eq!(count, 3);
-        assert_eq!(times(&records), vec![10, 30, 50]);
-        assert_eq!(records.len(), 3 * sample_at(1, 0, 0).len());
-        let mut none = sample_at(9, 1, 0);
-        assert_eq!(retain_records(&mut none, |_| false), 0);
-        assert!(none.is_empty());
+    /// Cuts `range` and reads the file back: the sample times per CPU.
+    fn cut(
+        ring: &Capture,
+        segments: &[SegmentInfo],
+        range: TimeRange,
+    ) -> (CutFigures, BTreeMap<u32, Vec<u64>>, Vec<EventDescriptor>) {
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let events = joined_events(&ring.events, segments);
+        let mut encoder = Encoder::begin(Vec::new(), &host, events.clone(), None).unwrap();
+        let figures = write_cut(ring, segments, range, &mut encoder).unwrap();
+        let (bytes, _) = encoder.finish(&[]).unwrap();
+        let parsed = flightrec_perfdata::reader::parse(&bytes).unwrap();
+        let layouts = layouts_of(&events);
+        let mut times: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (h, r) in crate::ring::records(parsed.data).map_while(Result::ok) {
+            if h.type_ == record_type::SAMPLE {
+                let (time, cpu) = layouts.time_and_cpu(r);
+                times.entry(cpu.unwrap()).or_default().push(time.unwrap());
+            }
+        }
+        for v in times.values_mut() {
+            v.sort_unstable();
+        }
+        (figures, times, events)
     }
 
     #[test]
     fn records_of_an_earlier_run_join_their_event_and_unknown_events_are_left_out() {
-        // History of CPU 0 written by an earlier run (id 2) and by an event
-        // no longer configured (id 9).
-        let mut window = history(&[(0, &[100, 200], 2)], (100, 300));
-        window
-            .cpus
-            .get_mut(&0)
-            .unwrap()
-            .records
-            .extend(sample_at(9, 250, 0));
-        let ring = ring_capture(vec![ring_cpu(0, &[1000])], 1000);
-        let cut = capture_from_history(ring, window, 100, 300);
-        assert_eq!(cut.events[0].ids, vec![1, 2]);
-        assert_eq!(times(&cut.cpus[0].records), vec![100, 200, 1000]);
-        assert_eq!(cut.cpus[0].record_count, 3);
-        assert_eq!(cut.cpus[0].lost_since_start, 7);
+        let dir = tempfile::tempdir().unwrap();
+        // CPU 0 written by an earlier run (id 2) and by an event no longer
+        // configured (id 9).
+        let segs = [segment(
+            dir.path(),
+            "seg-1.hist",
+            &[(0, &[100, 200], 2), (0, &[250], 9)],
+        )];
+        let ring = ring_capture(vec![ring_cpu(0, &[1000])]);
+        let (figures, times, events) = cut(&ring, &segs, TimeRange::new(t(100), t(1000)));
+        assert_eq!(events[0].ids, vec![1, 2]);
+        assert_eq!(times[&0], vec![100, 200, 1000]);
+        assert_eq!(figures.cpus[&0].count, 3);
+        assert_eq!(figures.window_start, Some(t(100)));
+        assert_eq!(figures.read, WindowRead::default());
     }
 
     #[test]
-    fn a_cpu_only_the_rings_hold_keeps_the_times_of_the_records_kept() {
+    fn a_cpu_only_the_rings_hold_keeps_what_is_after_the_history() {
+        let dir = tempfile::tempdir().unwrap();
         // The history stopped at 300 and has nothing of CPU 1; its ring
         // holds 250 (also in the history's time) and 400, 500 after it.
-        let window = history(&[(0, &[100, 200, 300], 2)], (100, 300));
-        let ring = ring_capture(vec![ring_cpu(0, &[]), ring_cpu(1, &[250, 400, 500])], 250);
-        let cut = capture_from_history(ring, window, 100, 600);
-        let cpu1 = cut.cpus.iter().find(|c| c.cpu == 1).expect("CPU 1 kept");
-        assert_eq!(times(&cpu1.records), vec![500, 400]);
-        assert_eq!(cpu1.record_count, 2);
-        assert_eq!(cpu1.oldest_ns, Some(400), "not the ring's oldest, 250");
-        assert_eq!(cpu1.newest_ns, Some(500));
-        assert_eq!(cut.gap_ns, 0, "the rings reach back past the history's end");
+        let segs = [segment(
+            dir.path(),
+            "seg-1.hist",
+            &[(0, &[100, 200, 300], 2)],
+        )];
+        let ring = ring_capture(vec![ring_cpu(0, &[]), ring_cpu(1, &[250, 400, 500])]);
+        let (figures, times, _) = cut(&ring, &segs, TimeRange::new(t(100), t(600)));
+        assert_eq!(times[&1], vec![400, 500]);
+        assert_eq!(figures.cpus[&1].oldest, Some(t(400)));
+        assert_eq!(
+            figures.gap,
+            Duration::ZERO,
+            "the rings reach back past the history's end"
+        );
     }
 
     #[test]
     fn the_time_neither_holds_is_the_gap_and_the_window_starts_at_the_oldest_held() {
-        let window = history(&[(0, &[150, 200], 2)], (150, 200));
-        let ring = ring_capture(vec![ring_cpu(0, &[700, 800])], 700);
-        let cut = capture_from_history(ring, window, 100, 900);
-        assert_eq!(cut.gap_ns, 500, "from the history's 200 to the rings' 700");
-        assert_eq!(cut.window_start_ns, 150);
-        assert_eq!(times(&cut.cpus[0].records), vec![150, 200, 800, 700]);
-        assert_eq!(cut.cpus[0].oldest_ns, Some(150));
-        assert_eq!(cut.cpus[0].newest_ns, Some(800));
+        let dir = tempfile::tempdir().unwrap();
+        let segs = [segment(dir.path(), "seg-1.hist", &[(0, &[150, 200], 2)])];
+        let ring = ring_capture(vec![ring_cpu(0, &[700, 800, 950])]);
+        let (figures, times, _) = cut(&ring, &segs, TimeRange::new(t(100), t(900)));
+        assert_eq!(
+            figures.gap,
+            Duration::from_nanos(500),
+            "from the history's 200 to the rings' 700"
+        );
+        assert_eq!(figures.window_start, Some(t(150)));
+        assert_eq!(
+            times[&0],
+            vec![150, 200, 700, 800],
+            "950 is after the window"
+        );
+    }
+
+    #[test]
+    fn a_planted_link_or_foreign_file_is_left_out_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = segment(dir.path(), "seg-1.hist", &[(0, &[100], 2)]);
+        let mut planted = segment(dir.path(), "seg-2.hist", &[(0, &[200], 2)]);
+        std::fs::remove_file(&planted.path).unwrap();
+        std::os::unix::fs::symlink(&good.path, &planted.path).unwrap();
+        planted.first = t(150);
+        let ring = ring_capture(vec![ring_cpu(0, &[])]);
+        let (figures, times, _) = cut(&ring, &[good, planted], TimeRange::new(t(50), t(300)));
+        assert_eq!(figures.read.skipped_segments, 1);
+        assert_eq!(times[&0], vec![100]);
     }
 }

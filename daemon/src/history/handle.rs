@@ -57,6 +57,13 @@ impl History {
     /// writer.
     pub fn start(settings: HistorySettings, sources: HistorySources) -> io::Result<Self> {
         create_dir(&settings.dir, settings.group)?;
+        let owner = nix::unistd::geteuid().as_raw();
+        flightrec_files::dirs::check_owner_only(&settings.dir, owner).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{e}; the daemon reads its segments back, so only it may write there"),
+            )
+        })?;
         let boot_id = boot_id();
         let closed = super::read::index_dir(&settings.dir, &boot_id)?;
         let mut index = Index {

@@ -8,11 +8,11 @@
 //! the format), each starting with the events it uses and a checkpoint of
 //! every process, and drops whole segments by age and bytes (`retention`).
 //! A dump whose window starts before what the rings hold is cut from the
-//! segments instead (`read`, then [`capture_from_history`]): the same
-//! capture the writer turns into a perf.data file.
+//! segments instead ([`cut::write_cut`], reading them a frame at a time
+//! with `read`), through the same encoder the rings' dumps use.
 
 mod batch;
-mod cut;
+pub mod cut;
 mod disk;
 mod handle;
 pub mod read;
@@ -21,7 +21,6 @@ pub mod segment;
 mod status;
 mod writer;
 
-pub use cut::capture_from_history;
 pub use handle::{History, HistorySources, boot_id};
-pub use read::{HistoryWindow, read_window};
+pub use retention::SegmentInfo;
 pub use status::{HistorySettings, HistoryStatus};

@@ -1,19 +1,27 @@
 //! Reading the history: the index of the segments a directory holds, and
-//! the records of a window in time, which [`super::capture_from_history`]
-//! turns into a capture like the rings'.
+//! the frames of a window, read one at a time.
+//!
+//! Every segment is opened as a path others could have touched, although
+//! the directory is root's alone (checked at start): no final link, a
+//! regular file only, owned by the daemon's user (checked on the
+//! descriptor), read no further than the bytes the index counted and a
+//! frame at a time of at most [`WRITTEN_RAW_BYTES`] of records. A window
+//! of any length then costs the memory of one frame. The reads run on the
+//! history's own dump thread, under no lock another dump takes: a file
+//! system that stops answering holds up that dump alone.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
+use std::sync::Arc;
 
 use super::retention::SegmentInfo;
 use super::segment::{
-    FILE_MAGIC, FrameHeader, FrameKind, HEADER_LEN, SegmentEvent, SegmentEvents, decode_frame,
-    frames,
+    FILE_MAGIC, FrameHeader, FrameKind, HEADER_LEN, SegmentEvents, WRITTEN_RAW_BYTES, decode_frame,
 };
-use crate::abi::layout::RecordLayouts;
+use crate::ring::filter::TimeRange;
+use crate::time::SampleTime;
 
 /// Whether `name` is a segment's file name.
 pub fn is_segment_name(name: &str) -> bool {
@@ -24,7 +32,6 @@ pub fn is_segment_name(name: &str) -> bool {
 /// files count; segments of another boot (their times mean nothing now)
 /// and segments without a whole frame are removed, with a log line.
 pub fn index_dir(dir: &Path, boot_id: &str) -> io::Result<Vec<SegmentInfo>> {
-    let owner = nix::unistd::geteuid().as_raw();
     let mut names: Vec<String> = std::fs::read_dir(dir)?
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
@@ -34,219 +41,247 @@ pub fn index_dir(dir: &Path, boot_id: &str) -> io::Result<Vec<SegmentInfo>> {
     let mut out = Vec::new();
     for name in names {
         let path = dir.join(&name);
-        let Ok(md) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if !md.is_file() || md.uid() != owner {
-            tracing::warn!(path = %path.display(), "not a history segment of this daemon; left alone");
-            continue;
-        }
         match index_segment(&path, boot_id) {
             Ok(Some(info)) => out.push(info),
             Ok(None) => {
                 tracing::info!(path = %path.display(), "removed a history segment of another boot or without a whole frame");
                 let _ = std::fs::remove_file(&path);
             }
-            Err(e) => tracing::warn!(path = %path.display(), "cannot read a history segment: {e}"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "not a history segment of this daemon, left alone: {e}");
+            }
         }
     }
     Ok(out)
 }
 
-/// A segment's times and whole bytes, reading only the frame headers (and
-/// the events frame); None for another boot's or an empty one.
+/// A segment's times, events and whole bytes, reading only the frame
+/// headers (and the events frame); None for another boot's or an empty
+/// one.
 fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> {
-    let file = open_segment(path)?;
-    let len = file.metadata()?.len();
-    let mut magic = [0u8; 8];
-    if len < (FILE_MAGIC.len() + HEADER_LEN) as u64 {
-        return Ok(None);
-    }
-    file.read_exact_at(&mut magic, 0)?;
-    if &magic != FILE_MAGIC {
-        return Ok(None);
-    }
-    let mut at = FILE_MAGIC.len() as u64;
-    let (mut first, mut last) = (u64::MAX, 0u64);
-    let mut checkpoint_ns = None;
-    loop {
-        let mut head = [0u8; HEADER_LEN];
-        if at + HEADER_LEN as u64 > len || file.read_exact_at(&mut head, at).is_err() {
-            break;
-        }
-        let Some(header) = FrameHeader::parse(&head) else {
-            break;
-        };
-        let end = at + (HEADER_LEN as u64) + u64::from(header.stored_len);
-        if end > len {
-            break;
-        }
-        if header.kind == FrameKind::Events {
-            let mut stored = vec![0u8; header.stored_len as usize];
-            file.read_exact_at(&mut stored, at + HEADER_LEN as u64)?;
-            let events = decode_frame(&header, &stored)
-                .ok()
-                .and_then(|b| SegmentEvents::parse(&b));
-            if events.is_none_or(|e| e.boot_id != boot_id) {
-                return Ok(None);
+    let (file, len) = open_segment(path, u64::MAX)?;
+    let mut frames = Frames::new(&file, len)?;
+    let (mut first, mut last) = (None::<SampleTime>, None::<SampleTime>);
+    let mut checkpoint = None;
+    let mut events = None;
+    let mut stored = Vec::new();
+    while let Some((header, _)) = frames.next_header()? {
+        match header.kind {
+            FrameKind::Events => {
+                let parsed = frames
+                    .read_records(&header, &mut stored)
+                    .ok()
+                    .and_then(|b| SegmentEvents::parse(&b));
+                match parsed {
+                    Some(e) if e.boot_id == boot_id => events = Some(Arc::new(e)),
+                    _ => return Ok(None),
+                }
             }
+            FrameKind::Checkpoint => {
+                checkpoint.get_or_insert(header.first);
+            }
+            FrameKind::Samples | FrameKind::Tracking => {}
         }
-        if header.kind == FrameKind::Checkpoint {
-            checkpoint_ns.get_or_insert(header.first_ns);
-        }
-        first = first.min(header.first_ns);
-        last = last.max(header.last_ns);
-        at = end;
+        first = Some(first.map_or(header.first, |f| f.min(header.first)));
+        last = Some(last.map_or(header.last, |l| l.max(header.last)));
     }
-    Ok(checkpoint_ns.map(|checkpoint_ns| SegmentInfo {
+    let (Some(checkpoint), Some(events), Some(first), Some(last)) =
+        (checkpoint, events, first, last)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(SegmentInfo {
         path: path.to_path_buf(),
-        first_ns: first,
-        last_ns: last,
-        bytes: at,
-        checkpoint_ns,
+        first,
+        last,
+        bytes: frames.at,
+        checkpoint,
+        events,
     }))
 }
 
-/// Opens a segment without following a link, regular files only.
-fn open_segment(path: &Path) -> io::Result<File> {
-    flightrec_files::open_regular(path, flightrec_files::Links::Refuse).map(|(f, _)| f)
+/// Opens a segment as a path others could touch (see the module docs):
+/// the file and the bytes a reader may use, at most `indexed`.
+fn open_segment(path: &Path, indexed: u64) -> io::Result<(File, u64)> {
+    let (file, md) = flightrec_files::open_regular(path, flightrec_files::Links::Refuse)?;
+    let owner = nix::unistd::geteuid().as_raw();
+    if md.uid() != owner {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("owned by uid {}, not by the daemon ({owner})", md.uid()),
+        ));
+    }
+    Ok((file, md.len().min(indexed)))
 }
 
-/// One CPU's records of a window, oldest first.
-#[derive(Debug, Default, Clone)]
-pub struct CpuRecords {
-    pub records: Vec<u8>,
-    pub count: u64,
-    pub oldest_ns: Option<u64>,
-    pub newest_ns: Option<u64>,
+/// The frames of one open segment, a header at a time.
+struct Frames<'f> {
+    file: &'f File,
+    /// Bytes that may be read.
+    len: u64,
+    /// Offset of the next frame's header (after the last whole frame: the
+    /// segment's whole bytes).
+    at: u64,
 }
 
-/// What the history holds of a window.
-#[derive(Debug, Default)]
-pub struct HistoryWindow {
-    pub cpus: BTreeMap<u32, CpuRecords>,
-    /// A checkpoint of every process before the window, then the tracking
-    /// records up to its end, oldest first.
-    pub tracking: Vec<u8>,
-    pub tracking_count: u64,
-    /// The events of the segments read (ids of every daemon run that wrote
-    /// them).
-    pub events: Vec<SegmentEvent>,
-    /// The oldest sample time the history holds at all.
-    pub held_from_ns: Option<u64>,
-    /// The newest: where a history that stopped (disk full, unwritable)
-    /// ends.
-    pub held_to_ns: Option<u64>,
-    /// Frames that did not decompress or check (counted, left out).
+impl<'f> Frames<'f> {
+    fn new(file: &'f File, len: u64) -> io::Result<Self> {
+        let mut magic = [0u8; 8];
+        if len < (FILE_MAGIC.len() + HEADER_LEN) as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shorter than a segment",
+            ));
+        }
+        file.read_exact_at(&mut magic, 0)?;
+        if &magic != FILE_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a history segment",
+            ));
+        }
+        Ok(Frames {
+            file,
+            len,
+            at: FILE_MAGIC.len() as u64,
+        })
+    }
+
+    /// The next whole frame's header and the offset of its stored bytes;
+    /// None at the end or at a torn or foreign frame.
+    fn next_header(&mut self) -> io::Result<Option<(FrameHeader, u64)>> {
+        let mut head = [0u8; HEADER_LEN];
+        if self.at + HEADER_LEN as u64 > self.len {
+            return Ok(None);
+        }
+        self.file.read_exact_at(&mut head, self.at)?;
+        let Some(header) = FrameHeader::parse(&head) else {
+            return Ok(None);
+        };
+        let stored_at = self.at + HEADER_LEN as u64;
+        let end = stored_at + u64::from(header.stored_len);
+        if end > self.len {
+            return Ok(None);
+        }
+        self.at = end;
+        Ok(Some((header, stored_at)))
+    }
+
+    /// The records of the frame whose header was read last, into
+    /// `stored` (reused) and decoded; a frame larger than the writer makes
+    /// is refused unread.
+    fn read_records(&self, header: &FrameHeader, stored: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+        if header.raw_len as usize > WRITTEN_RAW_BYTES
+            || header.stored_len as usize > zstd::zstd_safe::compress_bound(WRITTEN_RAW_BYTES)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a frame of {} bytes, more than the {WRITTEN_RAW_BYTES} the writer makes",
+                    header.raw_len
+                ),
+            ));
+        }
+        stored.resize(header.stored_len as usize, 0);
+        self.file
+            .read_exact_at(stored, self.at - u64::from(header.stored_len))?;
+        decode_frame(header, stored)
+    }
+}
+
+/// What [`read_window`] found besides the records.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WindowRead {
+    /// Frames that did not decompress, check or read (counted, left out).
     pub bad_frames: u64,
+    /// Segments that could not be opened (gone since listed, or not the
+    /// daemon's), counted and left out.
+    pub skipped_segments: u64,
 }
 
-/// The records of `[start_ns, end_ns]` in `segments` (oldest first), with
-/// the processes known from the newest checkpoint at or before the start.
-pub fn read_window(
+/// One frame of a window, decoded.
+#[derive(Debug)]
+pub struct Frame<'a> {
+    pub kind: FrameKind,
+    pub cpu: u32,
+    pub records: &'a [u8],
+}
+
+/// Hands `each` the frames of `segments` (oldest first) that a window of
+/// `range` needs, one at a time and oldest first: the checkpoint of every
+/// process from the newest segment starting at or before the window's
+/// start, every tracking frame after it up to the window's end, and the
+/// sample frames that overlap it. `each` filters the records itself.
+pub fn read_window<E>(
     segments: &[SegmentInfo],
-    boot_id: &str,
-    start_ns: u64,
-    end_ns: u64,
-) -> io::Result<HistoryWindow> {
-    let mut out = HistoryWindow {
-        held_from_ns: segments.iter().map(|s| s.first_ns).filter(|&t| t > 0).min(),
-        held_to_ns: segments.iter().map(|s| s.last_ns).max().filter(|&t| t > 0),
-        ..HistoryWindow::default()
-    };
+    range: TimeRange,
+    mut each: impl FnMut(Frame<'_>) -> Result<(), E>,
+) -> Result<WindowRead, E> {
+    let mut figures = WindowRead::default();
     let overlapping: Vec<usize> = (0..segments.len())
-        .filter(|&i| segments[i].last_ns >= start_ns && segments[i].first_ns <= end_ns)
+        .filter(|&i| range.overlaps(segments[i].first, segments[i].last))
         .collect();
     let (Some(&first), Some(&last)) = (overlapping.first(), overlapping.last()) else {
-        return Ok(out);
+        return Ok(figures);
     };
-    // The checkpoint: the newest one at or before the start.
+    let start = range.start.unwrap_or_default();
     let from = (0..=first)
         .rev()
-        .find(|&i| segments[i].checkpoint_ns <= start_ns)
+        .find(|&i| segments[i].checkpoint <= start)
         .unwrap_or(first);
     // Records reach the disk up to a second after their time: the
     // segment after the last one may still hold some of the window.
     let last = (last + 1).min(segments.len() - 1);
+    let mut stored = Vec::new();
     for (i, segment) in segments.iter().enumerate().take(last + 1).skip(from) {
-        let bytes = match std::fs::read(&segment.path) {
-            Ok(b) => b,
-            // Dropped by retention since it was listed.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        read_segment(&bytes, boot_id, i == from, (start_ns, end_ns), &mut out);
-    }
-    Ok(out)
-}
-
-/// Adds what `bytes` (one segment) holds of the window to `out`.
-fn read_segment(
-    bytes: &[u8],
-    boot_id: &str,
-    with_checkpoint: bool,
-    (start_ns, end_ns): (u64, u64),
-    out: &mut HistoryWindow,
-) {
-    let mut layouts = RecordLayouts::default();
-    for (header, at) in frames(bytes).0 {
-        let stored = &bytes[at..at + header.stored_len as usize];
-        let wanted = match header.kind {
-            FrameKind::Events | FrameKind::Tracking => true,
-            FrameKind::Checkpoint => with_checkpoint,
-            FrameKind::Samples => header.last_ns >= start_ns && header.first_ns <= end_ns,
-        };
-        if !wanted {
-            continue;
-        }
-        let Ok(records) = decode_frame(&header, stored) else {
-            out.bad_frames += 1;
-            continue;
-        };
-        match header.kind {
-            FrameKind::Events => {
-                let Some(events) = SegmentEvents::parse(&records) else {
-                    out.bad_frames += 1;
-                    continue;
-                };
-                if events.boot_id != boot_id {
-                    // Another boot's: nothing in it can be placed in time.
-                    return;
-                }
-                for e in events.events {
-                    for &id in &e.ids {
-                        layouts.insert(id, e.sample_type);
-                    }
-                    out.events.push(e);
-                }
+        let skip = |e: io::Error| {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(segment = %segment.path.display(), "a history segment left out of the window: {e}");
             }
-            FrameKind::Checkpoint => {
-                out.tracking.extend_from_slice(&records);
-                out.tracking_count += u64::from(header.records);
+        };
+        let (file, len) = match open_segment(&segment.path, segment.bytes) {
+            Ok(o) => o,
+            Err(e) => {
+                skip(e);
+                figures.skipped_segments += 1;
+                continue;
             }
-            FrameKind::Tracking => {
-                for (_, record) in crate::ring::records(&records).map_while(Result::ok) {
-                    if layouts.time_and_cpu(record).0.is_none_or(|t| t <= end_ns) {
-                        out.tracking.extend_from_slice(record);
-                        out.tracking_count += 1;
-                    }
-                }
+        };
+        let mut frames = match Frames::new(&file, len) {
+            Ok(f) => f,
+            Err(e) => {
+                skip(e);
+                figures.skipped_segments += 1;
+                continue;
             }
-            FrameKind::Samples => {
-                let cpu = out.cpus.entry(header.cpu).or_default();
-                for (_, record) in crate::ring::records(&records).map_while(Result::ok) {
-                    let time = layouts.time_and_cpu(record).0;
-                    if time.is_some_and(|t| t < start_ns || t > end_ns) {
-                        continue;
-                    }
-                    if let Some(t) = time {
-                        cpu.oldest_ns = Some(cpu.oldest_ns.map_or(t, |o| o.min(t)));
-                        cpu.newest_ns = Some(cpu.newest_ns.map_or(t, |n| n.max(t)));
-                    }
-                    cpu.records.extend_from_slice(record);
-                    cpu.count += 1;
+        };
+        loop {
+            let header = match frames.next_header() {
+                Ok(Some((h, _))) => h,
+                Ok(None) => break,
+                Err(_) => {
+                    figures.bad_frames += 1;
+                    break;
                 }
+            };
+            let wanted = match header.kind {
+                FrameKind::Events => false,
+                FrameKind::Checkpoint => i == from,
+                FrameKind::Tracking => range.end.is_none_or(|e| header.first <= e),
+                FrameKind::Samples => range.overlaps(header.first, header.last),
+            };
+            if !wanted {
+                continue;
+            }
+            match frames.read_records(&header, &mut stored) {
+                Ok(records) => each(Frame {
+                    kind: header.kind,
+                    cpu: header.cpu,
+                    records: &records,
+                })?,
+                Err(_) => figures.bad_frames += 1,
             }
         }
     }
+    Ok(figures)
 }

@@ -10,6 +10,8 @@
 
 use std::io;
 
+use crate::time::SampleTime;
+
 /// The first bytes of every segment file.
 pub const FILE_MAGIC: &[u8; 8] = b"FRHIST01";
 /// The first bytes of every frame ("FRHF").
@@ -18,6 +20,10 @@ const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"FRHF");
 pub const HEADER_LEN: usize = 40;
 /// A frame never holds more records than this many bytes.
 pub const MAX_RAW_BYTES: usize = 64 << 20;
+/// Records a frame holds at most, as the writer cuts them (a MiB, or one
+/// record larger than that: records are at most 64 KiB): a reader refuses
+/// a frame that says it holds more.
+pub const WRITTEN_RAW_BYTES: usize = (1 << 20) + (64 << 10);
 
 /// What a frame holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,9 +65,9 @@ pub struct FrameHeader {
     pub kind: FrameKind,
     /// The CPU of a `Samples` frame (0 otherwise).
     pub cpu: u32,
-    /// Sample times of the oldest and newest record (ns, sample clock).
-    pub first_ns: u64,
-    pub last_ns: u64,
+    /// Sample times of the oldest and newest record.
+    pub first: SampleTime,
+    pub last: SampleTime,
     pub records: u32,
     /// Bytes of the records, and of the compressed frame that follows.
     pub raw_len: u32,
@@ -74,8 +80,8 @@ impl FrameHeader {
         b[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
         b[4] = self.kind.code();
         b[8..12].copy_from_slice(&self.cpu.to_le_bytes());
-        b[12..20].copy_from_slice(&self.first_ns.to_le_bytes());
-        b[20..28].copy_from_slice(&self.last_ns.to_le_bytes());
+        b[12..20].copy_from_slice(&self.first.as_nanos().to_le_bytes());
+        b[20..28].copy_from_slice(&self.last.as_nanos().to_le_bytes());
         b[28..32].copy_from_slice(&self.records.to_le_bytes());
         b[32..36].copy_from_slice(&self.raw_len.to_le_bytes());
         b[36..40].copy_from_slice(&self.stored_len.to_le_bytes());
@@ -92,14 +98,13 @@ impl FrameHeader {
         let header = FrameHeader {
             kind: FrameKind::from_code(b[4])?,
             cpu: u32_at(8),
-            first_ns: u64_at(12),
-            last_ns: u64_at(20),
+            first: SampleTime::from_nanos(u64_at(12)),
+            last: SampleTime::from_nanos(u64_at(20)),
             records: u32_at(28),
             raw_len: u32_at(32),
             stored_len: u32_at(36),
         };
-        (header.raw_len as usize <= MAX_RAW_BYTES && header.first_ns <= header.last_ns)
-            .then_some(header)
+        (header.raw_len as usize <= MAX_RAW_BYTES && header.first <= header.last).then_some(header)
     }
 }
 
@@ -107,7 +112,7 @@ impl FrameHeader {
 pub fn encode_frame(
     kind: FrameKind,
     cpu: u32,
-    times: (u64, u64),
+    times: (SampleTime, SampleTime),
     count: u32,
     records: &[u8],
     level: i32,
@@ -143,7 +148,7 @@ impl FrameEncoder {
         &mut self,
         kind: FrameKind,
         cpu: u32,
-        (first_ns, last_ns): (u64, u64),
+        (first, last): (SampleTime, SampleTime),
         count: u32,
         records: &[u8],
     ) -> io::Result<&[u8]> {
@@ -161,8 +166,8 @@ impl FrameEncoder {
         let header = FrameHeader {
             kind,
             cpu,
-            first_ns,
-            last_ns,
+            first,
+            last,
             records: count,
             raw_len: records.len() as u32,
             stored_len: u32::try_from(self.stored.len()).map_err(io::Error::other)?,
@@ -298,6 +303,10 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
+    fn times(first: u64, last: u64) -> (SampleTime, SampleTime) {
+        (SampleTime::from_nanos(first), SampleTime::from_nanos(last))
+    }
+
     fn segment(frames: &[Vec<u8>]) -> Vec<u8> {
         let mut b = FILE_MAGIC.to_vec();
         for f in frames {
@@ -308,15 +317,21 @@ mod tests {
 
     #[test]
     fn frames_read_back_and_a_torn_last_frame_is_left_out() {
-        let a = encode_frame(FrameKind::Samples, 1, (10, 20), 2, &[7u8; 4096], 1).unwrap();
-        let b = encode_frame(FrameKind::Tracking, 0, (15, 30), 1, &[9u8; 64], 3).unwrap();
+        let a = encode_frame(FrameKind::Samples, 1, times(10, 20), 2, &[7u8; 4096], 1).unwrap();
+        let b = encode_frame(FrameKind::Tracking, 0, times(15, 30), 1, &[9u8; 64], 3).unwrap();
         let whole = segment(&[a.clone(), b.clone()]);
         let (found, good) = frames(&whole);
         assert_eq!(good, whole.len());
         assert_eq!(found.len(), 2);
         let (h, at) = found[0];
         assert_eq!(
-            (h.kind, h.cpu, h.first_ns, h.last_ns, h.records),
+            (
+                h.kind,
+                h.cpu,
+                h.first.as_nanos(),
+                h.last.as_nanos(),
+                h.records
+            ),
             (FrameKind::Samples, 1, 10, 20, 2)
         );
         let stored = &whole[at..at + h.stored_len as usize];
@@ -335,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_frame_fails_its_checksum() {
-        let a = encode_frame(FrameKind::Samples, 0, (1, 2), 1, &[5u8; 1000], 1).unwrap();
+        let a = encode_frame(FrameKind::Samples, 0, times(1, 2), 1, &[5u8; 1000], 1).unwrap();
         let mut whole = segment(&[a]);
         let (found, _) = frames(&whole);
         let (h, at) = found[0];

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::retention::SegmentInfo;
+use crate::time::SampleTime;
 
 /// `[history]` as the writer applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,9 +40,9 @@ pub struct HistoryStatus {
     pub max_bytes: u64,
     pub max_age: Duration,
     pub segments: u32,
-    /// Sample times of the oldest and newest record held (0: none).
-    pub oldest_ns: u64,
-    pub newest_ns: u64,
+    /// Sample times of the oldest and newest record held.
+    pub oldest: Option<SampleTime>,
+    pub newest: Option<SampleTime>,
     /// Sample records the kernel dropped because the writer fell behind
     /// (LOST records of the history rings), per CPU.
     pub lost_per_cpu: BTreeMap<u32, u64>,
@@ -72,12 +73,7 @@ impl Index {
         let s = &mut self.status;
         s.bytes = all.iter().map(|x| x.bytes).sum();
         s.segments = all.len() as u32;
-        s.oldest_ns = all
-            .iter()
-            .map(|x| x.first_ns)
-            .filter(|&t| t > 0)
-            .min()
-            .unwrap_or(0);
-        s.newest_ns = all.iter().map(|x| x.last_ns).max().unwrap_or(0);
+        s.oldest = all.iter().map(|x| x.first).min();
+        s.newest = all.iter().map(|x| x.last).max();
     }
 }

@@ -26,9 +26,10 @@ use super::segment::{
     FILE_MAGIC, FrameEncoder, FrameKind, SegmentEvent, SegmentEvents, encode_frame,
 };
 use crate::abi::layout::RecordLayouts;
-use crate::recorder::Recorder;
+use crate::recorder::{Recorder, layouts_of};
 use crate::snapshot::perfdata::tracking_event;
 use crate::snapshot::synth;
+use crate::time::SampleTime;
 
 /// How often the rings are drained...
 const ROUND: Duration = Duration::from_millis(200);
@@ -129,7 +130,7 @@ impl Writer {
             // A new recorder (reload), or rings of a CPU that came online:
             // a segment names the ids its records carry.
             self.recorder = Some(Arc::clone(&recorder));
-            self.layouts = layouts_of(&recorder);
+            self.layouts = layouts_of(&recorder.events());
             self.ids = ids;
             if self.segment.is_some() {
                 self.write_pending();
@@ -142,9 +143,9 @@ impl Writer {
             let pending = std::mem::take(&mut self.pending);
             let mut index = lock(&self.shared.index);
             for (cpu, batch) in pending.cpus {
-                *index.status.lost_per_cpu.entry(cpu).or_default() += u64::from(batch.count);
+                *index.status.lost_per_cpu.entry(cpu).or_default() += batch.kept.count;
             }
-            index.status.tracking_dropped += u64::from(pending.tracking.count);
+            index.status.tracking_dropped += pending.tracking.kept.count;
             return;
         }
         let due = self.segment.as_ref().is_none_or(|s| {
@@ -215,17 +216,13 @@ impl Writer {
                 .iter_mut()
                 .map(|(&cpu, batch)| (FrameKind::Samples, cpu, batch)),
         );
+        let now = crate::host::sample_clock_now().unwrap_or_default();
         for (kind, cpu, batch) in batches {
+            let times = batch.times(now);
             for (range, count) in frame_parts(&batch.records) {
                 let raw = range.len() as u64;
-                let frame = encoder.encode(
-                    kind,
-                    cpu,
-                    (batch.first_ns, batch.last_ns),
-                    count,
-                    &batch.records[range],
-                );
-                let written = frame.and_then(|f| self.append(f, batch.first_ns, batch.last_ns));
+                let frame = encoder.encode(kind, cpu, times, count, &batch.records[range]);
+                let written = frame.and_then(|f| self.append(f, times));
                 match written {
                     Ok(stored) => {
                         let mut index = lock(&self.shared.index);
@@ -249,7 +246,7 @@ impl Writer {
 
     /// Appends `frame` to the current segment after making room for it;
     /// once more after dropping the oldest segment when the disk is full.
-    fn append(&mut self, frame: &[u8], first_ns: u64, last_ns: u64) -> io::Result<u64> {
+    fn append(&mut self, frame: &[u8], (first, last): (SampleTime, SampleTime)) -> io::Result<u64> {
         let Some(segment) = &mut self.segment else {
             return Err(io::Error::other("no segment open"));
         };
@@ -268,12 +265,8 @@ impl Writer {
         result?;
         let info = &mut segment.info;
         info.bytes += frame.len() as u64;
-        info.first_ns = if info.first_ns == 0 {
-            first_ns
-        } else {
-            info.first_ns.min(first_ns)
-        };
-        info.last_ns = info.last_ns.max(last_ns);
+        info.first = info.first.min(first);
+        info.last = info.last.max(last);
         let mut index = lock(&self.shared.index);
         index.current = Some(info.clone());
         index.refresh();
@@ -283,10 +276,10 @@ impl Writer {
     /// Closes the current segment (what is pending is written to it
     /// first) and opens a new one: the events, then every process now.
     fn start_segment(&mut self, recorder: &Recorder) -> io::Result<()> {
-        let now_ns = crate::host::sample_clock_ns()
+        let now = crate::host::sample_clock_now()
             .ok_or_else(|| io::Error::other("the sample clock cannot be read"))?;
         let checkpoint = recorder
-            .history_checkpoint(now_ns)
+            .history_checkpoint(now.as_nanos())
             .map_err(io::Error::other)?;
         self.pending
             .tracking
@@ -307,7 +300,7 @@ impl Writer {
             &mut state,
             &events[tracking].attr,
             events[tracking].ids.first().copied().unwrap_or(0),
-            now_ns,
+            now.as_nanos(),
             &checkpoint.processes,
         );
         let described = SegmentEvents {
@@ -326,7 +319,7 @@ impl Writer {
             encode_frame(
                 FrameKind::Events,
                 0,
-                (now_ns, now_ns),
+                (now, now),
                 0,
                 &described.to_bytes(),
                 level,
@@ -334,7 +327,7 @@ impl Writer {
             encode_frame(
                 FrameKind::Checkpoint,
                 0,
-                (now_ns, now_ns),
+                (now, now),
                 u32::try_from(count).unwrap_or(u32::MAX),
                 &state,
                 level,
@@ -350,10 +343,11 @@ impl Writer {
         file.write_all(&head)?;
         let info = SegmentInfo {
             path: settings.dir.join(&name),
-            first_ns: now_ns,
-            last_ns: now_ns,
+            first: now,
+            last: now,
             bytes: (FILE_MAGIC.len() + head.len()) as u64,
-            checkpoint_ns: now_ns,
+            checkpoint: now,
+            events: Arc::new(described),
         };
         let mut index = lock(&self.shared.index);
         index.current = Some(info.clone());
@@ -402,15 +396,15 @@ impl Writer {
 /// Drops the segments [`segments_to_drop`] names before `incoming` bytes
 /// are added to a current segment of `current` bytes.
 fn make_room(shared: &Shared, current: u64, incoming: u64) {
-    let now_ns = crate::host::sample_clock_ns().unwrap_or(0);
+    let now = crate::host::sample_clock_now().unwrap_or_default();
     let settings = &shared.settings;
     let mut index = lock(&shared.index);
     let n = segments_to_drop(
         &index.closed,
         current,
         incoming,
-        now_ns,
-        u64::try_from(settings.max_age.as_nanos()).unwrap_or(u64::MAX),
+        now,
+        settings.max_age,
         settings.max_bytes,
     );
     for segment in index.closed.drain(..n) {
@@ -435,16 +429,6 @@ fn drop_oldest(shared: &Shared) -> bool {
     );
     index.refresh();
     true
-}
-
-fn layouts_of(recorder: &Recorder) -> RecordLayouts {
-    let mut layouts = RecordLayouts::default();
-    for e in recorder.events() {
-        for id in e.ids {
-            layouts.insert(id, e.attr.sample_type);
-        }
-    }
-    layouts
 }
 
 fn unix_now_ns() -> u128 {

@@ -1,5 +1,8 @@
 //! The sample clock: every record's time base, and its relation to the
-//! wall clock.
+//! wall clock. The one place a [`SampleTime`] becomes a [`WallTime`] and
+//! back.
+
+use crate::time::{SampleTime, WallTime};
 
 /// The sample clock related to the wall clock, as perf's CLOCK_DATA
 /// feature holds it: lets `perf script -F+tod` print wall-clock times.
@@ -45,28 +48,31 @@ impl ClockReference {
         best.map(|(_, r)| r)
     }
 
-    /// The sample-clock time of a wall-clock time (ns since the epoch),
-    /// 0 for one before the sample clock's start.
-    pub fn sample_ns_of_unix(&self, unix_ns: i64) -> u64 {
-        let sample = i128::from(self.clockid_ns) + i128::from(unix_ns) - i128::from(self.tod_ns);
-        u64::try_from(sample.max(0)).unwrap_or(u64::MAX)
+    /// The sample-clock instant of a wall-clock one (the sample clock's
+    /// start for one before it).
+    pub fn sample_of(&self, wall: WallTime) -> SampleTime {
+        let sample = i128::from(self.clockid_ns) + i128::from(wall.as_unix_nanos())
+            - i128::from(self.tod_ns);
+        SampleTime::from_nanos(u64::try_from(sample.max(0)).unwrap_or(u64::MAX))
     }
 
-    /// The wall-clock time (ns since the epoch) of a sample-clock time.
-    pub fn unix_ns_of_sample(&self, sample_ns: u64) -> i64 {
-        let unix = i128::from(self.tod_ns) + i128::from(sample_ns) - i128::from(self.clockid_ns);
-        i64::try_from(unix).unwrap_or(i64::MAX)
+    /// The wall-clock instant of a sample-clock one.
+    pub fn wall_of(&self, sample: SampleTime) -> WallTime {
+        let unix =
+            i128::from(self.tod_ns) + i128::from(sample.as_nanos()) - i128::from(self.clockid_ns);
+        WallTime::from_unix_nanos(i64::try_from(unix).unwrap_or(i64::MAX))
     }
 }
 
-/// The sample clock now, in ns (the time base of every record).
-pub fn sample_clock_ns() -> Option<u64> {
+/// The sample clock now (the time base of every record).
+pub fn sample_clock_now() -> Option<SampleTime> {
     use nix::time::{ClockId, clock_gettime};
     let t = clock_gettime(ClockId::from_raw(crate::abi::SAMPLE_CLOCKID)).ok()?;
-    u64::try_from(t.tv_sec())
+    let ns = u64::try_from(t.tv_sec())
         .ok()?
         .checked_mul(1_000_000_000)?
-        .checked_add(u64::try_from(t.tv_nsec()).ok()?)
+        .checked_add(u64::try_from(t.tv_nsec()).ok()?)?;
+    Some(SampleTime::from_nanos(ns))
 }
 
 /// The resolution of the sample clock in ns (CLOCKID feature).
@@ -90,16 +96,15 @@ mod tests {
             tod_ns: 1_800_000_000_000_000_000,
             clockid_ns: 5_000_000_000,
         };
-        assert_eq!(
-            r.sample_ns_of_unix(1_800_000_000_000_000_000 - 1_000),
-            4_999_999_000
-        );
-        assert_eq!(
-            r.unix_ns_of_sample(4_999_999_000),
-            1_800_000_000_000_000_000 - 1_000
-        );
+        let wall = WallTime::from_unix_nanos(1_800_000_000_000_000_000 - 1_000);
+        let sample = SampleTime::from_nanos(4_999_999_000);
+        assert_eq!(r.sample_of(wall), sample);
+        assert_eq!(r.wall_of(sample), wall);
         // Before the sample clock started.
-        assert_eq!(r.sample_ns_of_unix(1_000), 0);
+        assert_eq!(
+            r.sample_of(WallTime::from_unix_nanos(1_000)),
+            SampleTime::default()
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-pub use clock::{ClockReference, sample_clock_ns};
+pub use clock::{ClockReference, sample_clock_now};
 pub use flightrec_perfdata::kallsyms::kallsyms_text;
 pub use machine::MachineFacts;
 pub use modules::{

@@ -40,23 +40,19 @@ use rayon::prelude::*;
 use super::lifecycle::{CaptureError, Recorder};
 use super::maps_needed::{keep_maps_of, processes_needing_maps};
 use super::rings::{CpuRing, lock};
-use super::window::{SampleWindow, keep_window};
 use super::{Capture, CpuCapture};
 use crate::abi::layout::RecordLayouts;
 use crate::perf::PerfError;
 use crate::ring::backward::{copy_range, find_range_limited};
+use crate::ring::filter::{RecordFilter, TimeRange};
+use crate::time::SampleTime;
 
 impl Recorder {
     /// Freezes every CPU's sample ring (in parallel: switched to the
     /// standby set, or paused), copies it (and resumes a paused one), then
-    /// walks the copies and the tracking log.
+    /// walks the copies and the tracking log: everything the rings hold.
     pub fn capture(&self) -> Result<Capture, CaptureError> {
-        self.capture_calling(&|_| {}, SampleWindow::default())
-    }
-
-    /// [`Recorder::capture`] keeping only the records inside `window`.
-    pub fn capture_window(&self, window: SampleWindow) -> Result<Capture, CaptureError> {
-        self.capture_calling(&|_| {}, window)
+        self.capture_calling(&|_| {})
     }
 
     /// [`Recorder::capture`] calling `hook(cpu)` while that CPU's ring is
@@ -67,14 +63,10 @@ impl Recorder {
         &self,
         hook: &(dyn Fn(u32) + Sync),
     ) -> Result<Capture, CaptureError> {
-        self.capture_calling(hook, SampleWindow::default())
+        self.capture_calling(hook)
     }
 
-    fn capture_calling(
-        &self,
-        hook: &(dyn Fn(u32) + Sync),
-        window: SampleWindow,
-    ) -> Result<Capture, CaptureError> {
+    fn capture_calling(&self, hook: &(dyn Fn(u32) + Sync)) -> Result<Capture, CaptureError> {
         let _one_at_a_time = lock(&self.live.capture_lock);
         let rings = self.live.rings();
         let results: Vec<Result<CpuCapture, PerfError>> = crate::perf::sched::freeze_pool()
@@ -85,31 +77,27 @@ impl Recorder {
                     .map(|cpu| capture_cpu(cpu, &rings.layouts, hook))
                     .collect()
             });
-        let mut cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let held_from_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
-        for cpu in &mut cpus {
-            keep_window(cpu, &rings.layouts, window);
-        }
-        let window_start_ns = window
-            .start_ns
-            .map_or(held_from_ns, |s| s.max(held_from_ns));
+        let cpus = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let held_from = cpus.iter().filter_map(|c| c.oldest).min();
 
         let mut tracking = lock(&self.live.tracking);
         tracking.drain();
         let mut window = tracking
             .log()
-            .window(window_start_ns)
+            .window(held_from.map_or(0, SampleTime::as_nanos))
             .map_err(CaptureError::TrackingWalk)?;
         let build_ids = tracking.build_ids();
         build_ids.fill_records(&mut window.records);
         let tracking_lost = tracking.lost_total();
         let loaded_modules = tracking.loaded_modules().to_vec();
-        if held_from_ns > 0 {
+        if let Some(held_from) = held_from {
             // What the rings hold only moves forward: no later window
             // reaches back past it (a window cut shorter may be followed
             // by a longer one).
-            tracking.log_mut().forget_exited_before(held_from_ns);
-            tracking.prune_modules(held_from_ns);
+            tracking
+                .log_mut()
+                .forget_exited_before(held_from.as_nanos());
+            tracking.prune_modules(held_from.as_nanos());
         }
         drop(tracking);
         let mut processes = window.processes;
@@ -128,9 +116,8 @@ impl Recorder {
             tracking_records: window.records,
             tracking_record_count: window.count,
             tracking_lost,
-            window_start_ns,
-            held_from_ns,
-            gap_ns: 0,
+            window_start: held_from,
+            held_from,
             kernel_text: self.kernel_text,
             loaded_modules,
         })
@@ -251,20 +238,18 @@ fn capture_cpu(
     let range = find_range_limited(&scratch, head, trusted);
     let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
     copy_range(&scratch, &range, &mut records);
-    let mut summary = summarize(&mut records, layouts);
+    let mut summary = RecordFilter::all(layouts).retain(&mut records);
 
     // Only a window whole back to where its set was enabled joins the
     // earlier one without a gap between them.
     let whole = range.len == since_enabled && summary.corruption.is_none();
     if let Some(earlier) = frozen.earlier.filter(|e| whole && e.len > 0) {
-        let mut older = earlier_records(cpu, earlier, &mut scratch);
-        drop_newer_than(&mut older, layouts, summary.oldest);
-        let older_summary = summarize(&mut older, layouts);
-        records.extend_from_slice(&older);
-        summary.count += older_summary.count;
-        summary.oldest = min_some(summary.oldest, older_summary.oldest);
-        summary.newest = summary.newest.max(older_summary.newest);
-        summary.corruption = summary.corruption.or(older_summary.corruption);
+        let older = earlier_records(cpu, earlier, &mut scratch);
+        // Both sets recorded the moment of the switch: a window must not
+        // hold the same moment twice.
+        let range = summary.oldest.map_or(TimeRange::ALL, TimeRange::before);
+        let older_summary = RecordFilter::in_range(layouts, range).append(&older, &mut records);
+        summary.merge(&older_summary);
     }
     drop(scratch);
 
@@ -272,19 +257,19 @@ fn capture_cpu(
     cpu.last_lost.store(lost_after, Ordering::Relaxed);
     Ok(CpuCapture {
         cpu: ring.cpu(),
-        event_id: ring.ids().first().copied().unwrap_or(0),
+        event_id: ring.ids().first().copied(),
         record_count: summary.count,
         ring_bytes: size,
         wrapped: since_enabled > size,
-        oldest_ns: summary.oldest,
-        newest_ns: summary.newest,
+        oldest: summary.oldest,
+        newest: summary.newest,
         lost_while_paused: lost_after.saturating_sub(lost_before),
         lost_since_start: lost_after,
         pause,
         corruption: range
             .corruption
             .map(|c| c.to_string())
-            .or(summary.corruption),
+            .or(summary.corruption.map(|c| c.to_string())),
         records,
     })
 }
@@ -308,109 +293,4 @@ fn earlier_records(cpu: &CpuRing, earlier: EarlierWindow, scratch: &mut [u8]) ->
     let mut records = Vec::with_capacity(usize::try_from(range.len).unwrap_or(0));
     copy_range(scratch, &range, &mut records);
     records
-}
-
-/// Drops the newest records of `records` (newest first) down to the first
-/// one older than `oldest_kept`: both sets recorded the moment of the
-/// switch, and a window must not hold the same moment twice.
-fn drop_newer_than(records: &mut Vec<u8>, layouts: &RecordLayouts, oldest_kept: Option<u64>) {
-    let Some(limit) = oldest_kept else {
-        return;
-    };
-    let mut iter = crate::ring::records(records);
-    let mut keep_from = None;
-    loop {
-        let at = iter.offset();
-        match iter.next() {
-            Some(Ok((_, record))) => {
-                if layouts.time_and_cpu(record).0.is_some_and(|t| t < limit) {
-                    keep_from = Some(at);
-                    break;
-                }
-            }
-            Some(Err(_)) | None => break,
-        }
-    }
-    match keep_from {
-        Some(at) => {
-            records.drain(..at);
-        }
-        None => records.clear(),
-    }
-}
-
-fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-struct Summary {
-    count: u64,
-    oldest: Option<u64>,
-    newest: Option<u64>,
-    corruption: Option<String>,
-}
-
-/// Counts the linear records and finds their time span; a record that does
-/// not parse ends the records (they are truncated before it).
-fn summarize(records: &mut Vec<u8>, layouts: &RecordLayouts) -> Summary {
-    let mut summary = Summary {
-        count: 0,
-        oldest: None,
-        newest: None,
-        corruption: None,
-    };
-    let mut iter = crate::ring::records(records);
-    for item in iter.by_ref() {
-        match item {
-            Ok((_, record)) => {
-                summary.count += 1;
-                if let (Some(t), _) = layouts.time_and_cpu(record) {
-                    summary.oldest = Some(summary.oldest.map_or(t, |o| o.min(t)));
-                    summary.newest = Some(summary.newest.map_or(t, |n| n.max(t)));
-                }
-            }
-            Err(c) => {
-                summary.corruption = Some(c.to_string());
-                break;
-            }
-        }
-    }
-    let valid = iter.offset();
-    records.truncate(valid);
-    summary
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample(id: u64, time: u64) -> Vec<u8> {
-        // identifier, tid, time, cpu
-        crate::abi::test_records::with_words(crate::abi::record_type::SAMPLE, &[id, 1, time, 0])
-    }
-
-    #[test]
-    fn summary_spans_the_records_and_cuts_at_corruption() {
-        use crate::abi::sample;
-        let mut layouts = RecordLayouts::default();
-        layouts.insert(
-            5,
-            sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU,
-        );
-        let mut records = [sample(5, 300), sample(5, 200), sample(9, 7), sample(5, 100)].concat();
-        let whole = records.len();
-        let s = summarize(&mut records, &layouts);
-        assert_eq!((s.count, s.oldest, s.newest), (4, Some(100), Some(300)));
-        assert!(s.corruption.is_none());
-        assert_eq!(records.len(), whole);
-
-        let mut bad = [sample(5, 300), vec![0xff; 16], sample(5, 100)].concat();
-        let s = summarize(&mut bad, &layouts);
-        assert_eq!((s.count, s.oldest, s.newest), (1, Some(300), Some(300)));
-        assert!(s.corruption.is_some());
-        assert_eq!(bad.len(), 40, "records cut before the bad header");
-    }
 }

@@ -197,7 +197,8 @@ impl Recorder {
             .and_then(|k| kallsyms_text(std::io::BufReader::new(k)));
         // Taken before /proc/modules is read: a module loaded after that
         // read gets a record dated no later than its load.
-        let modules_read_ns = crate::host::sample_clock_ns().unwrap_or(0);
+        let modules_read_ns =
+            crate::host::sample_clock_now().map_or(0, crate::time::SampleTime::as_nanos);
         let host = Arc::new(HostInfo::gather(&super::tracepoints_of(
             &live.rings().events,
         ))?);
@@ -262,7 +263,7 @@ impl Recorder {
         let watch = ModuleWatch::reading(
             source,
             &known,
-            crate::host::sample_clock_ns().unwrap_or(0),
+            crate::host::sample_clock_now().map_or(0, crate::time::SampleTime::as_nanos),
             tracking.attr,
             tracking.ids.first().copied().unwrap_or(0),
         );

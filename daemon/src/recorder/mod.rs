@@ -8,8 +8,7 @@
 //! - [`capture`]: freeze, copy and resume the rings into a [`Capture`];
 //! - [`status`]: its health, as `snapctl status` shows it, with how far
 //!   back the rings reach (`reach`, read without freezing them);
-//! - [`maps_needed`]: which processes' maps a snapshot must carry;
-//! - [`window`]: the part of the rings' past a capture keeps.
+//! - [`maps_needed`]: which processes' maps a snapshot must carry.
 
 pub mod capture;
 mod hotplug;
@@ -19,11 +18,13 @@ mod reach;
 mod rings;
 pub mod start;
 pub mod status;
-pub mod window;
 
 use std::time::Duration;
 
 use crate::abi::EventAttr;
+use crate::abi::layout::RecordLayouts;
+use crate::ring::filter::{Kept, RecordFilter, TimeRange};
+use crate::time::SampleTime;
 use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
@@ -31,7 +32,6 @@ pub use crate::host::HostInfo;
 pub use lifecycle::{CaptureError, HistoryCheckpoint, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuStatus, RecorderStatus};
-pub use window::SampleWindow;
 
 /// One configured event as the kernel opened it: the attr passed to
 /// `perf_event_open`, the name as the user wrote it, and the kernel id
@@ -47,6 +47,11 @@ pub struct EventDescriptor {
     pub tracepoint: Option<(String, String)>,
 }
 
+/// How to read the records of `events` (by the ids they carry).
+pub fn layouts_of(events: &[EventDescriptor]) -> RecordLayouts {
+    RecordLayouts::of_events(events.iter().map(|e| (&e.ids[..], e.attr.sample_type)))
+}
+
 /// The `(system, name)` of every tracepoint event, in event order.
 pub fn tracepoints_of(events: &[EventDescriptor]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
@@ -58,24 +63,29 @@ pub fn tracepoints_of(events: &[EventDescriptor]) -> Vec<(String, String)> {
     out
 }
 
-/// The records one CPU's sample ring held when it was frozen.
+/// The records one CPU's sample ring held when it was frozen (or those of
+/// its CPU a window cut from the history holds).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuCapture {
     pub cpu: u32,
     /// The kernel id of the first sample event on the frozen ring (LOST
-    /// records are written under it); 0 when unknown.
-    pub event_id: u64,
-    /// Intact records, verbatim, newest first (the order of a backward ring).
+    /// records are written under it); None when unknown.
+    pub event_id: Option<u64>,
+    /// Whole records, verbatim, in no promised time order (a backward
+    /// ring gives its newest first, a history frame its oldest first):
+    /// perf sorts a file without FINISHED_ROUND records by time, and
+    /// nothing else here depends on their order.
     pub records: Vec<u8>,
+    /// How many `records` holds, and its oldest and newest record time:
+    /// always those of `records` (see [`CpuCapture::keep`]).
     pub record_count: u64,
-    /// Size of the ring's data area.
+    pub oldest: Option<SampleTime>,
+    pub newest: Option<SampleTime>,
+    /// Size of the ring's data area (0 for a CPU the rings did not give).
     pub ring_bytes: u64,
     /// Whether the ring had wrapped (overwritten its oldest records) since
     /// the window began.
     pub wrapped: bool,
-    /// Sample time of the oldest and newest records (perf clock, ns).
-    pub oldest_ns: Option<u64>,
-    pub newest_ns: Option<u64>,
     /// Samples the kernel dropped while the ring was paused for this capture.
     pub lost_while_paused: u64,
     /// Samples lost on this CPU since the rings were opened.
@@ -88,33 +98,78 @@ pub struct CpuCapture {
     pub corruption: Option<String>,
 }
 
+impl CpuCapture {
+    /// Keeps the records `filter` keeps, and counts and spans them again:
+    /// the one way a CPU's records change, so the figures stay theirs.
+    pub fn keep(&mut self, filter: &RecordFilter) -> Kept {
+        let kept = filter.retain(&mut self.records);
+        self.set_figures(&kept);
+        kept
+    }
+
+    fn set_figures(&mut self, kept: &Kept) {
+        self.record_count = kept.count;
+        self.oldest = kept.oldest;
+        self.newest = kept.newest;
+    }
+}
+
 /// Everything a snapshot holds, before it is written.
 #[derive(Debug, Clone, Default)]
 pub struct Capture {
     /// Sample events then the tracking event.
     pub events: Vec<EventDescriptor>,
     pub cpus: Vec<CpuCapture>,
-    /// Process state at `window_start_ns`, to synthesize COMM/MMAP2 from.
+    /// Process state at `window_start`, to synthesize COMM/MMAP2 from.
     pub processes: Vec<ProcessState>,
-    /// Kernel tracking records (COMM, FORK, EXIT, MMAP2...) inside the
-    /// window, verbatim, oldest first.
+    /// Kernel tracking records (COMM, FORK, EXIT, MMAP2...) from the
+    /// window's start, verbatim, oldest first.
     pub tracking_records: Vec<u8>,
     pub tracking_record_count: u64,
     /// Tracking records the kernel dropped since start.
     pub tracking_lost: u64,
-    /// Where the window starts: the oldest sample time over all CPUs, or
-    /// the start asked for when the rings reach back past it.
-    pub window_start_ns: u64,
-    /// The oldest sample time the rings held, before the window was cut
-    /// (0: they held none).
-    pub held_from_ns: u64,
-    /// Time inside the window that neither the history nor the rings hold
-    /// (a history that stopped before the rings' oldest record).
-    pub gap_ns: u64,
+    /// Where the window starts: the oldest sample time held, or the start
+    /// asked for when the rings reach back past it. None: nothing held.
+    pub window_start: Option<SampleTime>,
+    /// The oldest sample time the rings held when frozen, before any cut.
+    pub held_from: Option<SampleTime>,
     /// Address of `_text` from /proc/kallsyms, for the kernel MMAP record.
     pub kernel_text: Option<u64>,
     /// Kernel modules found loaded after start (oldest first): those loaded
     /// before the window get their MMAP record at its start, the others
     /// have theirs among `tracking_records`.
     pub loaded_modules: Vec<LoadedModule>,
+}
+
+impl Capture {
+    /// How to read this capture's records.
+    pub fn layouts(&self) -> RecordLayouts {
+        layouts_of(&self.events)
+    }
+
+    /// Keeps only the samples inside `range` (the tracking records and
+    /// the state at the window's start stay: records before the start only
+    /// name what the samples need). The window then starts at the later of
+    /// the range's start and the oldest record held.
+    pub fn cut(&mut self, range: TimeRange) {
+        if range.is_all() {
+            return;
+        }
+        let layouts = self.layouts();
+        let filter = RecordFilter::in_range(&layouts, range);
+        for cpu in &mut self.cpus {
+            cpu.keep(&filter);
+        }
+        self.window_start = match (range.start, self.held_from) {
+            (Some(s), Some(h)) => Some(s.max(h)),
+            (s, h) => h.or(s),
+        };
+    }
+
+    /// Samples over every CPU, with their span.
+    pub fn span(&self) -> (Option<SampleTime>, Option<SampleTime>) {
+        let oldest = self.cpus.iter().filter_map(|c| c.oldest).min();
+        let newest = self.cpus.iter().filter_map(|c| c.newest).max();
+        (oldest, newest)
+    }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::lifecycle::Recorder;
 use super::reach::{RingReach, reach_of};
 use super::rings::lock;
-use crate::host::{ClockReference, sample_clock_ns};
+use crate::host::{ClockReference, sample_clock_now};
+use crate::time::{SampleTime, WallTime};
 use crate::tracking::build_id::BuildIdStats;
 use crate::tracking::drain::DrainThread;
 use crate::tracking::log::TrackingLogStatus;
@@ -32,7 +33,7 @@ pub struct CpuStatus {
     pub tracking_malformed_bytes: u64,
     /// The oldest record the memory rings hold now, ns since the Unix
     /// epoch (0: none), and how long ago that was.
-    pub rings_oldest_unix_ns: i64,
+    pub rings_oldest: Option<WallTime>,
     pub rings_reach: Duration,
     /// Records the rings hold now, and how many a second that is over
     /// the time they span.
@@ -101,7 +102,7 @@ impl Recorder {
                     standby_ring: r.sets.len() > 1,
                     lost_tracking_records: find(&lost_tracking),
                     tracking_malformed_bytes: find(&malformed),
-                    rings_oldest_unix_ns: reach.oldest_unix_ns,
+                    rings_oldest: reach.oldest,
                     rings_reach: reach.reach,
                     ring_records: reach.records,
                     records_per_second: reach.per_second,
@@ -124,7 +125,7 @@ impl Recorder {
 /// A CPU's reach in wall-clock terms.
 #[derive(Debug, Clone, Copy, Default)]
 struct TimedReach {
-    oldest_unix_ns: i64,
+    oldest: Option<WallTime>,
     reach: Duration,
     records: u64,
     per_second: u64,
@@ -137,15 +138,18 @@ fn timed(r: RingReach, clock: Option<ClockReference>) -> TimedReach {
             ..TimedReach::default()
         };
     };
-    let span = r.newest_ns.unwrap_or(oldest).saturating_sub(oldest);
+    let oldest = SampleTime::from_nanos(oldest);
+    let span = r
+        .newest_ns
+        .map_or(Duration::ZERO, |n| SampleTime::from_nanos(n).since(oldest));
     TimedReach {
-        oldest_unix_ns: clock.unix_ns_of_sample(oldest),
-        reach: Duration::from_nanos(sample_clock_ns().unwrap_or(oldest).saturating_sub(oldest)),
+        oldest: Some(clock.wall_of(oldest)),
+        reach: sample_clock_now().map_or(Duration::ZERO, |now| now.since(oldest)),
         records: r.records,
         per_second: r
             .records
             .saturating_mul(1_000_000_000)
-            .checked_div(span)
+            .checked_div(u64::try_from(span.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0),
     }
 }

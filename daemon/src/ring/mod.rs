@@ -11,10 +11,14 @@
 //!   records: the snapshot writer's intact lengths, compression groups and
 //!   sample counts are all made with it.
 //!
-//! All three validate every header they read with the same rules and report
+//! - [`filter`]: which of such records to keep (by time and event) and
+//!   what the kept ones are: the one filter every window is cut with.
+//!
+//! All of them validate every header they read with the same rules and report
 //! what they cannot trust as a [`Corruption`] instead of panicking.
 
 pub mod backward;
+pub mod filter;
 pub mod size_at_end;
 mod wrap;
 

@@ -349,8 +349,11 @@ pub fn sections(
     if !m.caches.is_empty() {
         feats.push((bit::CACHE, cache(&m.caches)));
     }
-    if let (Some(first), Some(last)) = (summary.first_sample_ns, summary.last_sample_ns) {
-        feats.push((bit::SAMPLE_TIME, sample_time(first, last)));
+    if let (Some(first), Some(last)) = (summary.first_sample, summary.last_sample) {
+        feats.push((
+            bit::SAMPLE_TIME,
+            sample_time(first.as_nanos(), last.as_nanos()),
+        ));
     }
     if let Some(mem) = &m.mem_topology {
         feats.push((bit::MEM_TOPOLOGY, mem_topology(mem)));

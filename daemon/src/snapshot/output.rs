@@ -27,10 +27,13 @@ use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
 use memmap2::MmapMut;
 use thiserror::Error;
 
-use super::perfdata::{DataSummary, PerfData, PerfDataError, WriteOptions, write_perf_data};
+use super::perfdata::{
+    DataSummary, Encoder, PerfData, PerfDataError, Sink, WriteOptions, encode_capture,
+};
 use super::recompress::{ReadError, recompress_file};
 use crate::host::{HostInfo, HostInfoError};
-use crate::recorder::Capture;
+use crate::recorder::{Capture, EventDescriptor};
+use crate::tracking::modules::LoadedModule;
 
 /// Snapshot files are readable by the owner's group (the operators).
 pub const FILE_MODE: u32 = 0o640;
@@ -73,6 +76,9 @@ pub enum SnapshotError {
     Read { path: PathBuf, source: io::Error },
     #[error("{}: {source}", path.display())]
     Parse { path: PathBuf, source: ReadError },
+    /// Reading what goes into the snapshot failed (the history's segments).
+    #[error("reading the records of {}: {source}", path.display())]
+    Input { path: PathBuf, source: io::Error },
 }
 
 /// ENOSPC or EDQUOT: the file system is full or the quota exhausted. The
@@ -115,7 +121,8 @@ impl SnapshotError {
             | Self::Sync { path, .. }
             | Self::SyncDir { path, .. }
             | Self::Read { path, .. }
-            | Self::Parse { path, .. } => Some(path),
+            | Self::Parse { path, .. }
+            | Self::Input { path, .. } => Some(path),
             Self::Rename { to, .. } => Some(to),
         }
     }
@@ -184,33 +191,118 @@ pub fn write_snapshot_in_group(
     file_name: &str,
     group: Option<u32>,
 ) -> Result<WrittenSnapshot, SnapshotError> {
-    let started = Instant::now();
-    check_name(file_name)?;
-    let path = dir.join(file_name);
-    if path.symlink_metadata().is_ok() {
-        return Err(SnapshotError::Exists { path });
-    }
     let gathered;
     let host: &HostInfo = match &opts.host {
         Some(h) => h,
         None => {
             gathered = HostInfo::gather(&crate::recorder::tracepoints_of(&capture.events))
                 .map_err(|source| SnapshotError::HostInfo {
-                    path: path.clone(),
+                    path: dir.join(file_name),
                     source,
                 })?;
             &gathered
         }
     };
-    let data = write_perf_data(capture, host, opts).map_err(|source| SnapshotError::Encode {
+    let records: u64 = capture
+        .cpus
+        .iter()
+        .map(|c| c.records.len() as u64)
+        .sum::<u64>()
+        + capture.tracking_records.len() as u64;
+    let target = Target {
+        dir,
+        file_name,
+        group,
+        expected_bytes: records,
+    };
+    write_encoded(
+        &target,
+        host,
+        capture.events.clone(),
+        opts.compression,
+        &capture.loaded_modules,
+        |encoder| encode_capture(encoder, capture).map_err(Fill::Encode),
+    )
+}
+
+/// Where a new snapshot goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub dir: &'a Path,
+    pub file_name: &'a str,
+    /// The socket group, given the file.
+    pub group: Option<u32>,
+    /// About how many bytes of records it will hold: reserved as it is
+    /// written, never more than a chunk beyond it.
+    pub expected_bytes: u64,
+}
+
+/// Why filling a snapshot stopped.
+#[derive(Debug)]
+pub enum Fill {
+    Encode(PerfDataError),
+    /// Its records could not be read.
+    Input(io::Error),
+}
+
+/// Writes a new snapshot at `target` (see the module docs) whose data
+/// section `fill` writes through an [`Encoder`] of `events`, as it reads
+/// them: a file of any size costs the memory of what `fill` holds at once.
+pub fn write_encoded<F>(
+    target: &Target<'_>,
+    host: &HostInfo,
+    events: Vec<EventDescriptor>,
+    compression: Option<i32>,
+    loaded: &[LoadedModule],
+    fill: F,
+) -> Result<WrittenSnapshot, SnapshotError>
+where
+    F: FnOnce(&mut Encoder<'_, MappedOutput<'_>>) -> Result<(), Fill>,
+{
+    let started = Instant::now();
+    check_name(target.file_name)?;
+    let path = target.dir.join(target.file_name);
+    if path.symlink_metadata().is_ok() {
+        return Err(SnapshotError::Exists { path });
+    }
+    let new = NewFile::create(
+        target.dir,
+        target.file_name,
+        Access::new(FILE_MODE, target.group),
+    )
+    .map_err(|source| SnapshotError::Create {
         path: path.clone(),
         source,
     })?;
-    let bytes = put_file(&data, dir, file_name, Access::new(FILE_MODE, group), false)?;
+    let encode_err = |e: PerfDataError| match e {
+        PerfDataError::Write { source } => SnapshotError::Write {
+            path: path.clone(),
+            source,
+        },
+        source => SnapshotError::Encode {
+            path: path.clone(),
+            source,
+        },
+    };
+    let out = MappedOutput::new(new.file(), target.expected_bytes);
+    let mut encoder = Encoder::begin(out, host, events, compression).map_err(encode_err)?;
+    fill(&mut encoder).map_err(|f| match f {
+        Fill::Encode(e) => encode_err(e),
+        Fill::Input(source) => SnapshotError::Input {
+            path: path.clone(),
+            source,
+        },
+    })?;
+    let (out, summary) = encoder.finish(loaded).map_err(encode_err)?;
+    let bytes = out.finish().map_err(|source| SnapshotError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    commit(new, target.dir, target.file_name, false)?;
     Ok(WrittenSnapshot {
         path,
         bytes,
-        summary: data.summary,
+        summary,
         elapsed: started.elapsed(),
     })
 }
@@ -280,6 +372,14 @@ fn put_file(
         out.write(segment).map_err(write_err)?;
     }
     let len = out.finish().map_err(write_err)?;
+    commit(new, dir, name, replace)?;
+    Ok(len)
+}
+
+/// Syncs `new` and renames it to `dir/name` (replacing an existing file
+/// only if `replace`), then syncs the directory.
+fn commit(new: NewFile, dir: &Path, name: &str, replace: bool) -> Result<(), SnapshotError> {
+    let path = dir.join(name);
     let existing = if replace {
         Existing::Replace
     } else {
@@ -300,12 +400,12 @@ fn put_file(
             source,
         },
     })?;
-    Ok(len)
+    Ok(())
 }
 
 /// A file written through shared maps of up to [`CHUNK_BYTES`], each
 /// reserved with `posix_fallocate` before it is mapped.
-struct MappedOutput<'f> {
+pub struct MappedOutput<'f> {
     file: &'f File,
     map: Option<MmapMut>,
     /// File offset of `map`.
@@ -379,6 +479,22 @@ impl<'f> MappedOutput<'f> {
         self.map = None;
         self.file.set_len(self.len)?;
         Ok(self.len)
+    }
+}
+
+impl Sink for MappedOutput<'_> {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write(bytes)
+    }
+
+    /// Bytes already written, through the file (the pages are the map's:
+    /// the page cache is one).
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if offset + bytes.len() as u64 > self.len {
+            return Err(io::Error::other("writing past the end of the output"));
+        }
+        self.file.write_all_at(bytes, offset)
     }
 }
 

@@ -1,42 +1,55 @@
-//! The perf.data (PERFILE2) encoder: a [`Capture`] and the cached
-//! [`HostInfo`] in, the file's bytes out, as a list of segments so the
-//! sample records are copied once, from the capture into the output file.
+//! The perf.data (PERFILE2) encoder: records in, a file perf 6.1 reads
+//! out, written as they come so a window of any length costs the memory of
+//! one piece of it.
 //!
 //! Layout: `header | id arrays | attrs | data | feature index |
-//! feature bodies`. The data section holds, in this order:
-//! 1. synthesized state at the window's start: the kernel MMAP, then COMM
-//!    and MMAP2 of every known thread, stamped `window_start_ns - 1`;
-//! 2. the tracking records of the window, verbatim;
-//! 3. every CPU's sample records, verbatim and newest first as the ring
-//!    held them (perf 6.1 sorts a whole file by time when it has no
-//!    FINISHED_ROUND records, which this writer never emits);
-//! 4. loss records: per CPU a LOST_SAMPLES with the samples lost inside the
-//!    window (the kernel's own LOST records found in the ring), stamped
-//!    after the CPU's newest sample. Samples dropped while a capture paused
-//!    the ring (`buffers.lossless_freeze = false`) were dropped after the
-//!    window ended: they are not this snapshot's to report (the dump's reply
-//!    and `status` count them; the kernel's LOST record for them is in the
-//!    next snapshot's window).
+//! feature bodies`. The header goes last (its sizes are known only then),
+//! over the placeholder written first. The data section holds, in the
+//! order they are given:
+//! 1. synthesized state at the window's start ([`Encoder::window_start`]):
+//!    the kernel MMAP, the modules', then COMM and MMAP2 of every known
+//!    thread, stamped just before the start;
+//! 2. tracking records and samples ([`Encoder::tracking`],
+//!    [`Encoder::samples`]), verbatim and in any time order (perf 6.1
+//!    sorts a whole file by time when it has no FINISHED_ROUND records,
+//!    which this writer never emits);
+//! 3. loss records, made at [`Encoder::finish`]: per CPU a LOST_SAMPLES
+//!    with the samples its kernel LOST records say were dropped inside the
+//!    window, stamped after the CPU's newest sample. Samples dropped while
+//!    a capture paused the ring (`buffers.lossless_freeze = false`) were
+//!    dropped after the window ended: they are not this snapshot's to
+//!    report (the dump's reply and `status` count them; the kernel's LOST
+//!    record for them is in the next snapshot's window).
+//!
+//! With compression, records are gathered into batches of [`PACK_BATCH`]
+//! and each batch is packed into COMPRESSED records in parallel.
 
-use std::borrow::Cow;
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
 
 use thiserror::Error;
 
-use crate::abi::{ATTR_SIZE, attr_flag, event_type, get_u64, record_type, sample, sw_event};
+use crate::abi::layout::RecordLayouts;
+use crate::abi::{ATTR_SIZE, attr_flag, event_type, sw_event};
 
-use super::build_ids::build_id_entries;
+use super::build_ids::BuildIdTable;
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features;
 pub use super::summary::{CompressionSummary, DataSummary, PerfData};
 use super::synth::{self, SampleId};
 use crate::host::{HostInfo, format_id};
-use crate::recorder::{Capture, EventDescriptor};
+use crate::recorder::{Capture, EventDescriptor, layouts_of};
+use crate::ring::filter::{Kept, RecordFilter};
+use crate::time::SampleTime;
+use crate::tracking::modules::LoadedModule;
+use crate::tracking::state::ProcessState;
 pub use flightrec_perfdata::format::{
     FEATURE_BITMAP_OFFSET, FILE_HEADER_SIZE, LEVELS, LevelError, MAGIC, check_level, feature_index,
     file_header, has_feature, is_compressed,
 };
+
+/// Records packed at once when compressing: two parallel jobs.
+pub const PACK_BATCH: usize = 2 * compress::JOB_BYTES;
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -57,7 +70,9 @@ pub enum PerfDataError {
     #[error(transparent)]
     Level(#[from] LevelError),
     #[error("compressing the records: {source}")]
-    Compress { source: std::io::Error },
+    Compress { source: io::Error },
+    #[error("{source}")]
+    Write { source: io::Error },
 }
 
 /// How a snapshot is written.
@@ -67,7 +82,31 @@ pub struct WriteOptions {
     pub compression: Option<i32>,
     /// Host facts gathered at daemon start; `None` gathers them (I/O) when
     /// [`super::output::write_snapshot`] runs.
-    pub host: Option<Arc<HostInfo>>,
+    pub host: Option<std::sync::Arc<HostInfo>>,
+}
+
+/// Where an encoded file goes: appended to, then its header written over
+/// the placeholder at offset 0.
+pub trait Sink {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
+}
+
+impl Sink for Vec<u8> {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let at = usize::try_from(offset).map_err(io::Error::other)?;
+        let end = at + bytes.len();
+        if end > self.len() {
+            self.resize(end, 0);
+        }
+        self[at..end].copy_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// Index of the tracking event: the one recording COMM/MMAP/task records
@@ -86,53 +125,18 @@ pub fn tracking_event(events: &[EventDescriptor]) -> Option<usize> {
         .or_else(|| events.len().checked_sub(1))
 }
 
-/// Walks the whole, valid records ([`crate::ring::records`]), returning
-/// (intact length, SAMPLE count, sum of the `lost` fields of LOST records).
-fn scan_records(data: &[u8]) -> (usize, u64, u64) {
-    scan_records_with_pids(data, None)
-}
-
-/// [`scan_records`], adding the pid of every sample to `pids` (the u32 at
-/// `pids.0` in a sample record).
-fn scan_records_with_pids(
-    data: &[u8],
-    mut pids: Option<(usize, &mut BTreeSet<u32>)>,
-) -> (usize, u64, u64) {
-    let mut walk = crate::ring::records(data);
-    let mut samples = 0;
-    let mut lost = 0u64;
-    for (header, record) in walk.by_ref().map_while(Result::ok) {
-        match header.type_ {
-            record_type::SAMPLE => {
-                samples += 1;
-                if let Some((at, set)) = pids.as_mut()
-                    && record.len() >= *at + 4
-                {
-                    set.insert(crate::abi::get_u32(record, *at));
-                }
-            }
-            // header, id, lost
-            record_type::LOST if record.len() >= 24 => {
-                lost = lost.saturating_add(get_u64(record, 16));
-            }
-            _ => {}
-        }
-    }
-    (walk.offset(), samples, lost)
-}
-
-fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError> {
-    if capture.events.is_empty() {
+fn check_events(events: &[EventDescriptor], host: &HostInfo) -> Result<(), PerfDataError> {
+    if events.is_empty() {
         return Err(PerfDataError::NoEvents);
     }
-    if capture.events.len() > 1
-        && let Some(e) = capture.events.iter().find(|e| e.ids.is_empty())
+    if events.len() > 1
+        && let Some(e) = events.iter().find(|e| e.ids.is_empty())
     {
         return Err(PerfDataError::MissingIds {
             event: e.name.clone(),
         });
     }
-    for e in &capture.events {
+    for e in events {
         let Some((system, name)) = &e.tracepoint else {
             continue;
         };
@@ -155,252 +159,333 @@ fn check_events(capture: &Capture, host: &HostInfo) -> Result<(), PerfDataError>
     Ok(())
 }
 
-/// Encodes `capture` as a perf.data file perf 6.1 reads.
-pub fn write_perf_data<'a>(
-    capture: &'a Capture,
-    host: &HostInfo,
-    opts: &WriteOptions,
-) -> Result<PerfData<'a>, PerfDataError> {
-    check_events(capture, host)?;
-    if let Some(level) = opts.compression {
-        check_level(level)?;
-    }
-    let events = &capture.events;
-    let tracking = tracking_event(events).ok_or(PerfDataError::NoEvents)?;
-    let mut summary = DataSummary::default();
-    let head = window_start_records(capture, host, &events[tracking], &mut summary);
-    let mut records = DataRecords::of(capture, tracking, &mut summary);
-    let data = pack_data(head, &mut records, opts.compression, &mut summary)?;
-    summary.data_bytes = data.iter().map(|d| d.len() as u64).sum();
-    let build_ids = build_id_entries(
-        capture,
-        records.tracking,
-        host,
-        records
-            .pid_offset
-            .is_some()
-            .then_some(&records.sampled_pids),
-    );
-    let feats = features::sections(host, events, &build_ids, &summary)
-        .map_err(|event| PerfDataError::MissingTracepointFormat { event })?;
-    Ok(assemble(events, data, feats, summary))
+/// What one CPU's samples said, for its LOST_SAMPLES record.
+#[derive(Debug, Default)]
+struct CpuTally {
+    event_id: Option<u64>,
+    lost: u64,
+    newest: Option<SampleTime>,
 }
 
-/// The state at the window's start (the data section's first part),
-/// stamped just before it: the kernel and module maps, then COMM and MMAP2
-/// of every known thread.
-fn window_start_records(
-    capture: &Capture,
-    host: &HostInfo,
-    tracking: &EventDescriptor,
-    summary: &mut DataSummary,
-) -> Vec<u8> {
-    let tracking_id = tracking.ids.first().copied().unwrap_or(0);
-    let synth_time = capture.window_start_ns.saturating_sub(1);
-    let mut head = Vec::new();
-    if let Some(text) = capture.kernel_text {
-        let id = SampleId {
-            pid: u32::MAX,
-            tid: 0,
-            time: synth_time,
-            id: tracking_id,
-            cpu: 0,
-        };
-        synth::push_kernel_mmap(&mut head, &tracking.attr, text, &id);
-        summary.synthesized_records += 1;
-        // Modules of the start, then those loaded later but before the
-        // window (in load order: a reload's map replaces the old one); a
-        // load inside the window has its record among the tracking records.
-        let loaded_before = capture
-            .loaded_modules
-            .iter()
-            .filter(|l| l.time_ns < capture.window_start_ns)
-            .map(|l| &l.module);
-        for m in host.modules.iter().chain(loaded_before) {
-            synth::push_module_mmap(&mut head, &tracking.attr, m.start, m.size, &m.path, &id);
-            summary.synthesized_records += 1;
-        }
-    }
-    summary.synthesized_records += synth::push_process_state(
-        &mut head,
-        &tracking.attr,
-        tracking_id,
-        synth_time,
-        &capture.processes,
-    );
-    head
-}
-
-/// The rest of the data section: the tracking records, every CPU's samples
-/// (verbatim, whole records only), the losses inside the window; and what
-/// the walk saw.
-struct DataRecords<'a> {
-    tracking: &'a [u8],
-    cpus: Vec<&'a [u8]>,
-    /// LOST_SAMPLES records.
-    losses: Vec<u8>,
-    pid_offset: Option<usize>,
+/// A perf.data file being written into a [`Sink`].
+pub struct Encoder<'h, S: Sink> {
+    sink: S,
+    host: &'h HostInfo,
+    events: Vec<EventDescriptor>,
+    tracking: usize,
+    /// The first event with ids but the tracking one: LOST_SAMPLES go
+    /// under it.
+    sample_event: usize,
+    layouts: RecordLayouts,
+    level: Option<i32>,
+    attrs_section: (u64, u64),
+    data_offset: u64,
+    /// Records waiting to be packed (compression only).
+    pending: Vec<u8>,
+    window_start: Option<SampleTime>,
+    cpus: BTreeMap<u32, CpuTally>,
     sampled_pids: BTreeSet<u32>,
+    build_ids: BuildIdTable,
+    summary: DataSummary,
 }
 
-impl<'a> DataRecords<'a> {
-    fn of(capture: &'a Capture, tracking: usize, summary: &mut DataSummary) -> Self {
-        let events = &capture.events;
-        let (tracking_len, _, _) = scan_records(&capture.tracking_records);
-        summary.torn_bytes += (capture.tracking_records.len() - tracking_len) as u64;
+impl<'h, S: Sink> Encoder<'h, S> {
+    /// Starts a file of `events` in `sink`: the header's placeholder, the
+    /// id arrays and the attrs.
+    pub fn begin(
+        mut sink: S,
+        host: &'h HostInfo,
+        events: Vec<EventDescriptor>,
+        compression: Option<i32>,
+    ) -> Result<Self, PerfDataError> {
+        check_events(&events, host)?;
+        if let Some(level) = compression {
+            check_level(level)?;
+        }
+        let tracking = tracking_event(&events).ok_or(PerfDataError::NoEvents)?;
         let sample_event = events
             .iter()
             .enumerate()
             .find(|(i, e)| *i != tracking && !e.ids.is_empty())
             .map_or(tracking, |(i, _)| i);
-        let mut out = DataRecords {
-            tracking: &capture.tracking_records[..tracking_len],
-            cpus: Vec::with_capacity(capture.cpus.len()),
-            losses: Vec::new(),
-            pid_offset: sample_pid_offset(events, tracking),
+        let mut ids = Vec::new();
+        let ids_offset = FILE_HEADER_SIZE as u64;
+        let mut id_sections = Vec::with_capacity(events.len());
+        for e in &events {
+            let offset = ids_offset + ids.len() as u64;
+            for id in &e.ids {
+                ids.extend_from_slice(&id.to_le_bytes());
+            }
+            id_sections.push((offset, (e.ids.len() * 8) as u64));
+        }
+        let attrs_offset = ids_offset + ids.len() as u64;
+        let mut attrs = Vec::with_capacity(events.len() * (ATTR_SIZE + 16));
+        for (e, (off, size)) in events.iter().zip(&id_sections) {
+            attrs.extend_from_slice(&e.attr.to_bytes());
+            attrs.extend_from_slice(&off.to_le_bytes());
+            attrs.extend_from_slice(&size.to_le_bytes());
+        }
+        let write = |source| PerfDataError::Write { source };
+        sink.append(&[0u8; FILE_HEADER_SIZE]).map_err(write)?;
+        sink.append(&ids).map_err(write)?;
+        sink.append(&attrs).map_err(write)?;
+        Ok(Encoder {
+            layouts: layouts_of(&events),
+            sink,
+            host,
+            tracking,
+            sample_event,
+            level: compression,
+            attrs_section: (attrs_offset, attrs.len() as u64),
+            data_offset: attrs_offset + attrs.len() as u64,
+            pending: Vec::new(),
+            window_start: None,
+            cpus: BTreeMap::new(),
             sampled_pids: BTreeSet::new(),
+            build_ids: BuildIdTable::default(),
+            summary: DataSummary::default(),
+            events,
+        })
+    }
+
+    /// The events of the file, as [`Encoder::begin`] took them.
+    pub fn events(&self) -> &[EventDescriptor] {
+        &self.events
+    }
+
+    /// The data section's first records: the state at `start` (the
+    /// kernel's and the modules' maps, modules loaded since start up to it
+    /// from `loaded`, every process of `processes`), stamped just before.
+    pub fn window_start(
+        &mut self,
+        start: Option<SampleTime>,
+        kernel_text: Option<u64>,
+        loaded: &[LoadedModule],
+        processes: &[ProcessState],
+    ) -> Result<(), PerfDataError> {
+        self.window_start = start;
+        let tracking = &self.events[self.tracking];
+        let tracking_id = tracking.ids.first().copied().unwrap_or(0);
+        let synth_time = start.map_or(0, |s| s.as_nanos().saturating_sub(1));
+        let mut head = Vec::new();
+        if let Some(text) = kernel_text {
+            let id = SampleId {
+                pid: u32::MAX,
+                tid: 0,
+                time: synth_time,
+                id: tracking_id,
+                cpu: 0,
+            };
+            synth::push_kernel_mmap(&mut head, &tracking.attr, text, &id);
+            self.summary.synthesized_records += 1;
+            // Modules of the start, then those loaded later but before the
+            // window (in load order: a reload's map replaces the old one); a
+            // load inside the window has its record among the tracking
+            // records.
+            let start_ns = start.map_or(0, SampleTime::as_nanos);
+            let loaded_before = loaded
+                .iter()
+                .filter(|l| l.time_ns < start_ns)
+                .map(|l| &l.module);
+            for m in self.host.modules.iter().chain(loaded_before) {
+                synth::push_module_mmap(&mut head, &tracking.attr, m.start, m.size, &m.path, &id);
+                self.summary.synthesized_records += 1;
+            }
+        }
+        self.summary.synthesized_records += synth::push_process_state(
+            &mut head,
+            &tracking.attr,
+            tracking_id,
+            synth_time,
+            processes,
+        );
+        self.build_ids.add_processes(processes);
+        self.push(&head)
+    }
+
+    /// Tracking records (COMM, FORK, EXIT, MMAP2...): whole records; a torn
+    /// tail is dropped and counted.
+    pub fn tracking(&mut self, records: &[u8]) -> Result<(), PerfDataError> {
+        let kept = RecordFilter::all(&self.layouts).scan(records);
+        let whole = &records[..kept.bytes as usize];
+        self.summary.torn_bytes += (records.len() - whole.len()) as u64;
+        self.build_ids.add_tracking(whole);
+        self.push(whole)
+    }
+
+    /// Sample records of `cpu` (and the kernel's LOST records among them),
+    /// whole records; a torn tail is dropped and counted. `event_id`: the
+    /// id LOST_SAMPLES of this CPU go under, if known.
+    pub fn samples(
+        &mut self,
+        cpu: u32,
+        event_id: Option<u64>,
+        records: &[u8],
+    ) -> Result<Kept, PerfDataError> {
+        let kept = RecordFilter::all(&self.layouts).scan(records);
+        let whole = &records[..kept.bytes as usize];
+        self.summary.torn_bytes += (records.len() - whole.len()) as u64;
+        self.summary.samples += kept.samples;
+        self.summary.first_sample = min_some(self.summary.first_sample, kept.oldest);
+        self.summary.last_sample = self.summary.last_sample.max(kept.newest);
+        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
+            if let Some(pid) = self.layouts.sample_pid(record) {
+                self.sampled_pids.insert(pid);
+            }
+        }
+        let tally = self.cpus.entry(cpu).or_default();
+        tally.event_id = tally.event_id.or(event_id);
+        tally.lost = tally.lost.saturating_add(kept.lost);
+        tally.newest = tally.newest.max(kept.newest);
+        self.push(whole)?;
+        Ok(kept)
+    }
+
+    /// Appends records to the data section, packed when compressing: small
+    /// pieces gather into a batch, a large one is packed on its own.
+    fn push(&mut self, records: &[u8]) -> Result<(), PerfDataError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let Some(level) = self.level else {
+            self.summary.data_bytes += records.len() as u64;
+            return self
+                .sink
+                .append(records)
+                .map_err(|source| PerfDataError::Write { source });
         };
-        for (index, cpu) in capture.cpus.iter().enumerate() {
-            let pids = out.pid_offset.map(|at| (at, &mut out.sampled_pids));
-            let (len, samples, lost) = scan_records_with_pids(&cpu.records, pids);
-            summary.torn_bytes += (cpu.records.len() - len) as u64;
-            summary.samples += samples;
-            out.cpus.push(&cpu.records[..len]);
-            summary.first_sample_ns = min_opt(summary.first_sample_ns, cpu.oldest_ns);
-            summary.last_sample_ns = max_opt(summary.last_sample_ns, cpu.newest_ns);
-            if lost == 0 {
+        if records.len() >= PACK_BATCH {
+            self.pack_pending(level)?;
+            return self.pack(level, records);
+        }
+        self.pending.extend_from_slice(records);
+        if self.pending.len() >= PACK_BATCH {
+            self.pack_pending(level)?;
+        }
+        Ok(())
+    }
+
+    fn pack_pending(&mut self, level: i32) -> Result<(), PerfDataError> {
+        let pending = std::mem::take(&mut self.pending);
+        self.pack(level, &pending)?;
+        self.pending = pending;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn pack(&mut self, level: i32, records: &[u8]) -> Result<(), PerfDataError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let packed = compress::pack_all(&compress::split_jobs(records), level)
+            .map_err(|source| PerfDataError::Compress { source })?;
+        let c = self.summary.compression.get_or_insert(CompressionSummary {
+            level,
+            input_bytes: 0,
+            output_bytes: 0,
+            mmap_len: MAX_RECORD_INPUT as u32,
+        });
+        c.input_bytes += packed.input_bytes;
+        c.output_bytes += packed.bytes.len() as u64;
+        self.summary.data_bytes += packed.bytes.len() as u64;
+        self.sink
+            .append(&packed.bytes)
+            .map_err(|source| PerfDataError::Write { source })
+    }
+
+    /// The losses, the last packed batch, the feature sections and the
+    /// header: the file is whole. Returns the sink and what went in.
+    pub fn finish(mut self, loaded: &[LoadedModule]) -> Result<(S, DataSummary), PerfDataError> {
+        let mut losses = Vec::new();
+        let sample_event = &self.events[self.sample_event];
+        for (&cpu, tally) in &self.cpus {
+            if tally.lost == 0 {
                 continue;
             }
-            let ids = &events[sample_event].ids;
             let id = SampleId {
                 pid: 0,
                 tid: 0,
-                time: cpu
-                    .newest_ns
-                    .unwrap_or(capture.window_start_ns)
-                    .saturating_add(1),
-                id: match cpu.event_id {
-                    0 => ids.get(index).or(ids.first()).copied().unwrap_or(0),
-                    id => id,
-                },
-                cpu: cpu.cpu,
+                time: tally
+                    .newest
+                    .or(self.window_start)
+                    .map_or(0, |t| t.as_nanos().saturating_add(1)),
+                id: tally
+                    .event_id
+                    .or_else(|| sample_event.ids.first().copied())
+                    .unwrap_or(0),
+                cpu,
             };
-            synth::push_lost_samples(&mut out.losses, &events[sample_event].attr, lost, &id);
-            summary.lost_samples = summary.lost_samples.saturating_add(lost);
+            synth::push_lost_samples(&mut losses, &sample_event.attr, tally.lost, &id);
+            self.summary.lost_samples = self.summary.lost_samples.saturating_add(tally.lost);
         }
-        out
-    }
-}
-
-/// Where the pid lies in the sample records of every sampling event, if
-/// it is the same for all: header, IDENTIFIER, IP if sampled, then TID.
-fn sample_pid_offset(events: &[EventDescriptor], tracking: usize) -> Option<usize> {
-    let mut offsets = events
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != tracking)
-        .map(|(_, e)| {
-            let t = e.attr.sample_type;
-            (t & sample::IDENTIFIER != 0 && t & sample::TID != 0)
-                .then_some(16 + if t & sample::IP != 0 { 8 } else { 0 })
-        });
-    let first = offsets.next()??;
-    offsets.all(|o| o == Some(first)).then_some(first)
-}
-
-/// The data section: the records in order, or packed into COMPRESSED
-/// records at `level`.
-fn pack_data<'a>(
-    head: Vec<u8>,
-    records: &mut DataRecords<'a>,
-    level: Option<i32>,
-    summary: &mut DataSummary,
-) -> Result<Vec<Cow<'a, [u8]>>, PerfDataError> {
-    let Some(level) = level else {
-        let mut data = vec![Cow::Owned(head), Cow::Borrowed(records.tracking)];
-        data.extend(records.cpus.iter().map(|s| Cow::Borrowed(*s)));
-        data.push(Cow::Owned(std::mem::take(&mut records.losses)));
-        return Ok(data);
-    };
-    let mut parts: Vec<&[u8]> = vec![&head];
-    parts.extend(compress::split_jobs(records.tracking));
-    for s in &records.cpus {
-        parts.extend(compress::split_jobs(s));
-    }
-    parts.push(&records.losses);
-    let packed =
-        compress::pack_all(&parts, level).map_err(|source| PerfDataError::Compress { source })?;
-    summary.compression = Some(CompressionSummary {
-        level,
-        input_bytes: packed.input_bytes,
-        output_bytes: packed.bytes.len() as u64,
-        mmap_len: MAX_RECORD_INPUT as u32,
-    });
-    Ok(vec![Cow::Owned(packed.bytes)])
-}
-
-/// `header | id arrays | attrs | data | feature index | feature bodies`.
-fn assemble<'a>(
-    events: &[EventDescriptor],
-    data: Vec<Cow<'a, [u8]>>,
-    feats: Vec<(u32, Vec<u8>)>,
-    mut summary: DataSummary,
-) -> PerfData<'a> {
-    let mut ids = Vec::new();
-    let ids_offset = FILE_HEADER_SIZE as u64;
-    let mut id_sections = Vec::with_capacity(events.len());
-    for e in events {
-        let offset = ids_offset + ids.len() as u64;
-        for id in &e.ids {
-            ids.extend_from_slice(&id.to_le_bytes());
+        self.push(&losses)?;
+        if let Some(level) = self.level {
+            self.pack_pending(level)?;
         }
-        id_sections.push((offset, (e.ids.len() * 8) as u64));
+        let table = self
+            .build_ids
+            .entries(self.host, loaded, Some(&self.sampled_pids));
+        let feats = features::sections(self.host, &self.events, &table, &self.summary)
+            .map_err(|event| PerfDataError::MissingTracepointFormat { event })?;
+        let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
+        let bodies: Vec<Vec<u8>> = feats.into_iter().map(|(_, b)| b).collect();
+        let index_offset = self.data_offset + self.summary.data_bytes;
+        let (index, bodies_len) = feature_index(index_offset, &bodies);
+        let header = file_header(
+            self.attrs_section,
+            (self.data_offset, self.summary.data_bytes),
+            &bits,
+        );
+        let write = |source| PerfDataError::Write { source };
+        self.sink.append(&index).map_err(write)?;
+        for b in &bodies {
+            self.sink.append(b).map_err(write)?;
+        }
+        self.sink.write_at(0, &header).map_err(write)?;
+        self.summary.file_bytes = index_offset + index.len() as u64 + bodies_len;
+        Ok((self.sink, self.summary))
     }
-    let attrs_offset = ids_offset + ids.len() as u64;
-    let mut attrs = Vec::with_capacity(events.len() * (ATTR_SIZE + 16));
-    for (e, (off, size)) in events.iter().zip(&id_sections) {
-        attrs.extend_from_slice(&e.attr.to_bytes());
-        attrs.extend_from_slice(&off.to_le_bytes());
-        attrs.extend_from_slice(&size.to_le_bytes());
-    }
-    let data_offset = attrs_offset + attrs.len() as u64;
-    let data_len = summary.data_bytes;
-
-    let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
-    let bodies: Vec<Vec<u8>> = feats.into_iter().map(|(_, b)| b).collect();
-    let index_offset = data_offset + data_len;
-    let (index, bodies_len) = feature_index(index_offset, &bodies);
-
-    let header = file_header(
-        (attrs_offset, attrs.len() as u64),
-        (data_offset, data_len),
-        &bits,
-    );
-    let mut segments: Vec<Cow<'a, [u8]>> = vec![
-        Cow::Owned(header.to_vec()),
-        Cow::Owned(ids),
-        Cow::Owned(attrs),
-    ];
-    segments.extend(data);
-    segments.push(Cow::Owned(index));
-    segments.extend(bodies.into_iter().map(Cow::Owned));
-    summary.file_bytes = index_offset + (bits.len() * 16) as u64 + bodies_len;
-    segments.retain(|s| !s.is_empty());
-    PerfData { segments, summary }
 }
 
-fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+fn min_some(a: Option<SampleTime>, b: Option<SampleTime>) -> Option<SampleTime> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
 }
 
-fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
+/// Writes all of `capture` through `encoder`: the state at its window's
+/// start, its tracking records, every CPU's samples.
+pub fn encode_capture<S: Sink>(
+    encoder: &mut Encoder<'_, S>,
+    capture: &Capture,
+) -> Result<(), PerfDataError> {
+    encoder.window_start(
+        capture.window_start,
+        capture.kernel_text,
+        &capture.loaded_modules,
+        &capture.processes,
+    )?;
+    encoder.tracking(&capture.tracking_records)?;
+    for cpu in &capture.cpus {
+        encoder.samples(cpu.cpu, cpu.event_id, &cpu.records)?;
     }
+    Ok(())
+}
+
+/// Encodes `capture` as a perf.data file perf 6.1 reads, in memory.
+pub fn write_perf_data(
+    capture: &Capture,
+    host: &HostInfo,
+    opts: &WriteOptions,
+) -> Result<PerfData<'static>, PerfDataError> {
+    let mut encoder = Encoder::begin(Vec::new(), host, capture.events.clone(), opts.compression)?;
+    encode_capture(&mut encoder, capture)?;
+    let (bytes, summary) = encoder.finish(&capture.loaded_modules)?;
+    Ok(PerfData {
+        segments: vec![std::borrow::Cow::Owned(bytes)],
+        summary,
+    })
 }
 
 #[cfg(test)]
@@ -412,6 +497,7 @@ mod tests {
     use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
     use super::*;
+    use crate::abi::record_type;
     use crate::snapshot::features::bit;
     use crate::snapshot::testing::{
         KNOWN_COMM, KNOWN_PID, LATE_COMM, LATE_PID, SCHED_SWITCH_FORMAT, SyntheticSpec,
@@ -725,7 +811,7 @@ mod tests {
         // The kernel's LOST record in CPU 0's ring: a loss inside the window.
         let mut capture = synthetic_capture(&spec);
         let cpu0 = &mut capture.cpus[0];
-        let time = cpu0.newest_ns.unwrap();
+        let time = cpu0.newest.unwrap().as_nanos();
         // id, lost, then sample_id: pid/tid, time, cpu, identifier.
         let lost = crate::abi::test_records::with_words(
             record_type::LOST,
@@ -824,35 +910,6 @@ mod tests {
         let mut not_perf = packed;
         not_perf[0] = b'X';
         assert!(!is_compressed(&not_perf));
-    }
-
-    #[test]
-    fn scan_stops_at_a_record_the_walker_rejects() {
-        use crate::abi::test_records::record;
-        let sample = record(record_type::SAMPLE, 16, 1);
-        for bad in [record(0, 8, 0), record(record_type::SAMPLE, 12, 0)] {
-            let data = [sample.clone(), bad, sample.clone()].concat();
-            assert_eq!(scan_records(&data), (sample.len(), 1, 0));
-        }
-    }
-
-    proptest::proptest! {
-        /// scan_records counts over exactly the records the walker yields.
-        #[test]
-        fn scan_agrees_with_the_walker(
-            good in proptest::collection::vec(crate::abi::test_records::kernel_record(256), 0..40),
-            tail in crate::abi::test_records::suspect_tail(),
-        ) {
-            let data = [good.concat(), tail].concat();
-            let walked: Vec<_> = crate::ring::records(&data).map_while(Result::ok).collect();
-            let len = walked.iter().map(|(_, r)| r.len()).sum::<usize>();
-            let samples = walked.iter().filter(|(h, _)| h.type_ == record_type::SAMPLE).count();
-            let lost = walked
-                .iter()
-                .filter(|(h, r)| h.type_ == record_type::LOST && r.len() >= 24)
-                .fold(0u64, |sum, (_, r)| sum.saturating_add(get_u64(r, 16)));
-            proptest::prop_assert_eq!(scan_records(&data), (len, samples as u64, lost));
-        }
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub struct DataSummary {
     pub synthesized_records: u64,
     /// Bytes of ring data dropped because they did not parse as records.
     pub torn_bytes: u64,
-    pub first_sample_ns: Option<u64>,
-    pub last_sample_ns: Option<u64>,
+    pub first_sample: Option<crate::time::SampleTime>,
+    pub last_sample: Option<crate::time::SampleTime>,
     pub compression: Option<CompressionSummary>,
 }
 

@@ -228,7 +228,8 @@ impl Tracking {
         let Some(watch) = &mut self.modules else {
             return 0;
         };
-        let Some(now_ns) = crate::host::sample_clock_ns() else {
+        let Some(now_ns) = crate::host::sample_clock_now().map(crate::time::SampleTime::as_nanos)
+        else {
             return 0;
         };
         self.scratch.clear();

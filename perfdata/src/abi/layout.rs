@@ -113,6 +113,18 @@ pub struct RecordLayouts {
 }
 
 impl RecordLayouts {
+    /// The layouts of events given as `(their ids, their sample_type)`:
+    /// the one way a set of events becomes its layouts.
+    pub fn of_events<'a>(events: impl IntoIterator<Item = (&'a [u64], u64)>) -> Self {
+        let mut layouts = RecordLayouts::default();
+        for (ids, sample_type) in events {
+            for &id in ids {
+                layouts.insert(id, sample_type);
+            }
+        }
+        layouts
+    }
+
     pub fn insert(&mut self, id: u64, sample_type: u64) {
         self.by_id.insert(id, SampleLayout::new(sample_type));
     }

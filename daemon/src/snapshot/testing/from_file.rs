@@ -2,6 +2,7 @@
 //! `perf record` recorded.
 
 use super::*;
+use crate::time::SampleTime;
 
 /// Turns a file written by `perf record` (uncompressed, several events
 /// with IDENTIFIER) into the capture flightrec would have taken of the same
@@ -49,12 +50,12 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
             records: records.into_iter().rev().collect::<Vec<_>>().concat(),
             ring_bytes: 0,
             wrapped: false,
-            oldest_ns: Some(oldest),
-            newest_ns: Some(newest),
+            oldest: Some(SampleTime::from_nanos(oldest)),
+            newest: Some(SampleTime::from_nanos(newest)),
             ..Default::default()
         })
         .collect();
-    let window_start_ns = cpus.iter().filter_map(|c| c.oldest_ns).min().unwrap_or(0);
+    let window_start = cpus.iter().filter_map(|c| c.oldest).min();
     Ok(Capture {
         events,
         cpus,
@@ -62,9 +63,8 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
         tracking_records,
         tracking_record_count,
         tracking_lost: 0,
-        window_start_ns,
-        held_from_ns: window_start_ns,
-        gap_ns: 0,
+        window_start,
+        held_from: window_start,
         kernel_text: None,
         loaded_modules: Vec::new(),
     })

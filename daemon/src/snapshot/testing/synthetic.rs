@@ -2,6 +2,7 @@
 //! every fact perf's features hold.
 
 use super::*;
+use crate::time::SampleTime;
 
 /// What to put in a synthetic capture.
 #[derive(Debug, Clone)]
@@ -86,9 +87,8 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
         tracking_records,
         tracking_record_count: 2,
         tracking_lost: 0,
-        window_start_ns: T0,
-        held_from_ns: T0,
-        gap_ns: 0,
+        window_start: Some(SampleTime::from_nanos(T0)),
+        held_from: Some(SampleTime::from_nanos(T0)),
         kernel_text: spec.kernel_text,
         loaded_modules: Vec::new(),
     }
@@ -245,8 +245,8 @@ fn synthetic_cpu(spec: &SyntheticSpec, c: u32, tp_id: u64, late_birth: u64) -> C
         record_count,
         ring_bytes: 1 << 20,
         wrapped: true,
-        oldest_ns: first,
-        newest_ns: last,
+        oldest: first.map(SampleTime::from_nanos),
+        newest: last.map(SampleTime::from_nanos),
         lost_while_paused: spec.lost_while_paused,
         lost_since_start: spec.lost_while_paused,
         ..Default::default()
