@@ -75,7 +75,8 @@ pub enum Command {
         before: Option<Duration>,
         /// End the window DUR after TIME: the rings keep recording until
         /// then (default: the configured post_trigger_delay when TIME is
-        /// now).
+        /// now). A window may end at most 5m from now; other triggers
+        /// are not held by it.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
     },
