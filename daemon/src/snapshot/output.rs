@@ -39,6 +39,11 @@ use crate::tracking::modules::LoadedModule;
 pub const FILE_MODE: u32 = 0o640;
 /// Largest piece of the output file mapped (and reserved) at once.
 pub const CHUNK_BYTES: u64 = 64 << 20;
+/// The piece mapped at once when the file's size is not known ahead (a
+/// window streamed from the history): the pages written stay resident
+/// until their piece is unmapped, so a smaller piece keeps a long
+/// stream's memory small.
+pub const STREAM_CHUNK_BYTES: u64 = 8 << 20;
 
 const TEMP_MARK: &str = ".tmp-";
 
@@ -243,6 +248,12 @@ pub enum Fill {
     Encode(PerfDataError),
     /// Its records could not be read.
     Input(io::Error),
+}
+
+impl From<io::Error> for Fill {
+    fn from(e: io::Error) -> Self {
+        Fill::Input(e)
+    }
 }
 
 /// Writes a new snapshot at `target` (see the module docs) whose data
@@ -457,7 +468,7 @@ impl<'f> MappedOutput<'f> {
         let page = crate::perf::page_size() as u64;
         let remaining = self.expected.saturating_sub(self.len);
         let size = if remaining == 0 {
-            CHUNK_BYTES
+            STREAM_CHUNK_BYTES
         } else {
             remaining.next_multiple_of(page).min(CHUNK_BYTES)
         };

@@ -322,17 +322,13 @@ impl<'h, S: Sink> Encoder<'h, S> {
         event_id: Option<u64>,
         records: &[u8],
     ) -> Result<Kept, PerfDataError> {
-        let kept = RecordFilter::all(&self.layouts).scan(records);
+        let (kept, pids) = RecordFilter::all(&self.layouts).scan_samples(records);
         let whole = &records[..kept.bytes as usize];
         self.summary.torn_bytes += (records.len() - whole.len()) as u64;
         self.summary.samples += kept.samples;
         self.summary.first_sample = min_some(self.summary.first_sample, kept.oldest);
         self.summary.last_sample = self.summary.last_sample.max(kept.newest);
-        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
-            if let Some(pid) = self.layouts.sample_pid(record) {
-                self.sampled_pids.insert(pid);
-            }
-        }
+        self.sampled_pids.extend(pids);
         let tally = self.cpus.entry(cpu).or_default();
         tally.event_id = tally.event_id.or(event_id);
         tally.lost = tally.lost.saturating_add(kept.lost);

@@ -140,6 +140,11 @@ impl RecordLayouts {
         }
     }
 
+    /// The layout of the event with kernel id `id`.
+    pub fn by_id(&self, id: u64) -> Option<SampleLayout> {
+        self.by_id.get(&id).copied()
+    }
+
     /// The layout of the event that wrote `record`.
     pub fn layout(&self, record: &[u8]) -> Option<SampleLayout> {
         self.by_id.get(&Self::identifier(record)?).copied()
