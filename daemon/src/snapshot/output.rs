@@ -39,10 +39,11 @@ use crate::tracking::modules::LoadedModule;
 pub const FILE_MODE: u32 = 0o640;
 /// Largest piece of the output file mapped (and reserved) at once.
 pub const CHUNK_BYTES: u64 = 64 << 20;
-/// The piece mapped at once when the file's size is not known ahead (a
-/// window streamed from the history): the pages written stay resident
-/// until their piece is unmapped, so a smaller piece keeps a long
-/// stream's memory small.
+/// The largest piece mapped at once past the size expected (a window
+/// streamed from the history, a compressed file): the pages written stay
+/// resident until their piece is unmapped, so a smaller piece keeps a
+/// long stream's memory small. Pieces start at a MiB and grow with the
+/// file, so a small file never needs more than a MiB beyond itself free.
 pub const STREAM_CHUNK_BYTES: u64 = 8 << 20;
 
 const TEMP_MARK: &str = ".tmp-";
@@ -218,7 +219,12 @@ pub fn write_snapshot_in_group(
         dir,
         file_name,
         group,
-        expected_bytes: records,
+        // Compressed, the file's size is not known ahead: it grows.
+        expected_bytes: if opts.compression.is_some() {
+            0
+        } else {
+            records
+        },
     };
     write_encoded(
         &target,
@@ -468,7 +474,9 @@ impl<'f> MappedOutput<'f> {
         let page = crate::perf::page_size() as u64;
         let remaining = self.expected.saturating_sub(self.len);
         let size = if remaining == 0 {
-            STREAM_CHUNK_BYTES
+            (self.len / 4)
+                .next_multiple_of(page)
+                .clamp(1 << 20, STREAM_CHUNK_BYTES)
         } else {
             remaining.next_multiple_of(page).min(CHUNK_BYTES)
         };
