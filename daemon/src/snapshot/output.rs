@@ -42,8 +42,8 @@ pub const CHUNK_BYTES: u64 = 64 << 20;
 /// The largest piece mapped at once past the size expected (a window
 /// streamed from the history, a compressed file): the pages written stay
 /// resident until their piece is unmapped, so a smaller piece keeps a
-/// long stream's memory small. Pieces start at a MiB and grow with the
-/// file, so a small file never needs more than a MiB beyond itself free.
+/// long stream's memory small. Pieces start at 64 KiB and grow with the
+/// file, so a small file never needs much more than itself free.
 pub const STREAM_CHUNK_BYTES: u64 = 8 << 20;
 
 const TEMP_MARK: &str = ".tmp-";
@@ -476,7 +476,7 @@ impl<'f> MappedOutput<'f> {
         let size = if remaining == 0 {
             (self.len / 4)
                 .next_multiple_of(page)
-                .clamp(1 << 20, STREAM_CHUNK_BYTES)
+                .clamp(64 << 10, STREAM_CHUNK_BYTES)
         } else {
             remaining.next_multiple_of(page).min(CHUNK_BYTES)
         };
