@@ -218,7 +218,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__decompress)
-            opts="-o -h --output --force --socket --json --timeout --help"
+            opts="-o -h --output --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -229,6 +229,10 @@ _snapctl() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -286,7 +290,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -313,6 +317,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -854,7 +862,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -873,6 +881,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
