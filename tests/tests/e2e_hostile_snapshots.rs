@@ -614,6 +614,7 @@ fn a_large_compressed_snapshot_decompresses_streaming_and_byte_for_byte() {
         m.wall,
         m.peak_rss / MIB
     );
+    assert_eq!(m.killed, None);
     assert!(m.out.status.success(), "{}", m.stderr());
     assert!(m.peak_rss < 64 * MIB, "peak RSS {} MiB", m.peak_rss / MIB);
     // The copy: the header says the records' size, and they are the
