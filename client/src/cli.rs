@@ -144,7 +144,9 @@ pub enum Command {
         force: bool,
     },
     /// Write a plain (uncompressed) copy of a compressed snapshot, for
-    /// readers without zstd (hotspot's perfparser).
+    /// readers without zstd (hotspot's perfparser). The records are
+    /// decompressed as they are written: memory stays a few MiB whatever
+    /// their size.
     Decompress {
         /// The snapshot's id or a path to a .perf.data file.
         snapshot: String,
@@ -152,6 +154,8 @@ pub enum Command {
         /// Default: ./ID.plain.perf.data.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -172,6 +176,8 @@ pub enum Command {
         output: Option<PathBuf>,
         #[command(flatten)]
         symbols: SymbolArgs,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -200,6 +206,8 @@ pub enum Command {
         off_cpu: bool,
         #[command(flatten)]
         symbols: SymbolArgs,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -258,6 +266,18 @@ impl SymbolArgs {
             local_files: !self.no_local_files,
         }
     }
+}
+
+/// How much of a snapshot `decompress`, `report` and `export` read.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct ReadLimits {
+    /// Read a snapshot whose records take at most SIZE once decompressed,
+    /// e.g. 8GiB. Default: 64 times the file's size, at least 16 MiB (real
+    /// snapshots compress 4 to 15 times; a file from elsewhere, such as a
+    /// fleet fetch, could expand to anything). A file past the limit is
+    /// refused before any record is read.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_decompressed: Option<u64>,
 }
 
 #[derive(Subcommand)]

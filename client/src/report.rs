@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use flightrec_files::{Links, NewFile, open_regular};
 use flightrec_report::{
-    Measure, Names, PageContext, ReportError, Snapshot, SymbolSources, Unresolved, html, load,
-    pick_event, pprof, stacks, symbols,
+    Measure, Names, NotUsed, PageContext, ReportError, Snapshot, SymbolSources, Unresolved, html,
+    load, pick_event, pprof, stacks, symbols,
 };
 
 use crate::archive::{ArchiveError, access_like, commit, split_output};
@@ -44,6 +44,8 @@ pub struct Written {
     pub frames: usize,
     pub named: usize,
     pub unresolved: Vec<Unresolved>,
+    /// `--symfs` and `--kallsyms` that could not be used, with why.
+    pub not_used: Vec<NotUsed>,
     /// What the export holds (`samples of cpu-clock`, `off-CPU time`).
     pub content: String,
 }
@@ -56,20 +58,32 @@ pub enum ReportFailure {
     Write(#[from] ArchiveError),
 }
 
-/// Reads the snapshot and names its frames.
-fn read(snapshot: &Path, sources: &SymbolSources) -> Result<(Snapshot, Names), ReportError> {
-    let snap = load::read(snapshot)?;
+/// Reads the snapshot (its records at most `max_decompressed` bytes, else
+/// the default limit) and names its frames.
+fn read(
+    snapshot: &Path,
+    sources: &SymbolSources,
+    max_decompressed: Option<u64>,
+) -> Result<(Snapshot, Names), ReportError> {
+    let snap = load::read(snapshot, max_decompressed)?;
     let names = symbols::resolve(&snap, sources);
     Ok((snap, names))
 }
 
-fn written(path: Option<PathBuf>, bytes: usize, names: Names, content: String) -> Written {
+fn written(
+    path: Option<PathBuf>,
+    bytes: usize,
+    names: Names,
+    sources: &SymbolSources,
+    content: String,
+) -> Written {
     Written {
         path,
         bytes: bytes as u64,
         frames: names.frames.len(),
         named: names.frames.iter().filter(|f| f.function.is_some()).count(),
         unresolved: names.unresolved,
+        not_used: symbols::not_used(sources),
         content,
     }
 }
@@ -109,25 +123,43 @@ pub fn write_report(
     out: &Path,
     ctx: &PageContext,
     sources: &SymbolSources,
+    max_decompressed: Option<u64>,
     force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources)?;
+    let (snap, names) = read(snapshot, sources, max_decompressed)?;
     let page = html::page(&snap, &names, ctx);
     let path = write_out(snapshot, out, page.as_bytes(), force)?;
-    Ok(written(path, page.len(), names, "report".into()))
+    Ok(written(path, page.len(), names, sources, "report".into()))
+}
+
+/// What `snapctl export` writes.
+#[derive(Debug, Clone)]
+pub struct ExportRequest {
+    pub format: ExportFormat,
+    /// The sampled event (default: the first).
+    pub event: Option<String>,
+    pub off_cpu: bool,
+    /// `--max-decompressed`.
+    pub max_decompressed: Option<u64>,
+    pub force: bool,
 }
 
 /// `snapctl export`.
 pub fn write_export(
     snapshot: &Path,
     out: &Path,
-    format: ExportFormat,
-    event: Option<&str>,
-    off_cpu: bool,
+    request: &ExportRequest,
     sources: &SymbolSources,
-    force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources)?;
+    let ExportRequest {
+        format,
+        ref event,
+        off_cpu,
+        max_decompressed,
+        force,
+    } = *request;
+    let event = event.as_deref();
+    let (snap, names) = read(snapshot, sources, max_decompressed)?;
     let (bytes, content) = match format {
         ExportFormat::Pprof => {
             // Both sample types are in every pprof profile; the event picks
@@ -160,5 +192,5 @@ pub fn write_export(
         }
     };
     let path = write_out(snapshot, out, &bytes, force)?;
-    Ok(written(path, bytes.len(), names, content))
+    Ok(written(path, bytes.len(), names, sources, content))
 }

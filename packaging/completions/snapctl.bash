@@ -220,7 +220,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__decompress)
-            opts="-o -h --output --force --socket --json --timeout --help"
+            opts="-o -h --output --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -231,6 +231,10 @@ _snapctl() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -288,7 +292,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -315,6 +319,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -856,7 +864,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -875,6 +883,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-decompressed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

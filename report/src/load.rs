@@ -2,12 +2,20 @@
 //! [`Snapshot`]: one pass over the records in time order that keeps each
 //! process's maps and names as perf does (FORK copies, an exec clears, MMAP
 //! adds), so every frame is looked up in the maps of its own moment.
+//!
+//! A snapshot may come from another host (`snapctl fleet fetch`), so the
+//! parser (`linux-perf-data`, which allocates what a header claims and
+//! decompresses without bound) never sees the file itself: it reads
+//! `flightrec_perfdata`'s [`PlainFile`] view of it, whose sections were
+//! checked against the file and whose records were found to decompress to
+//! at most the limit before the first one is parsed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
 use std::path::Path;
 
 use flightrec_files::{Links, open_regular};
+use flightrec_perfdata::reader::{FileLayout, PlainFile, ReadError, default_limit};
 use linux_perf_data::linux_perf_event_reader::{
     CommOrExecRecord, CpuMode, EventRecord, ForkOrExitRecord, Mmap2FileId, PerfEventType,
     RecordType, SampleRecord, SamplingPolicy,
@@ -29,17 +37,38 @@ const EXITING: u64 = 0x10 | 0x20;
 /// TASK_REPORT_MAX on 6.x kernels, means it was preempted runnable).
 const SLEEP_STATES: u64 = 0xff;
 
-/// Reads the snapshot at `path`.
-pub fn read(path: &Path) -> Result<Snapshot, ReportError> {
+/// Reads the snapshot at `path`, whose records may take at most
+/// `max_decompressed` bytes once decompressed (default: [`default_limit`]
+/// of the file's size).
+pub fn read(path: &Path, max_decompressed: Option<u64>) -> Result<Snapshot, ReportError> {
     let err = |e: &dyn std::fmt::Display| ReportError::Snapshot {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    let (file, _) = open_regular(path, Links::Follow).map_err(|e| err(&e))?;
+    let (mut file, md) = open_regular(path, Links::Follow).map_err(|e| err(&e))?;
+    let limit = max_decompressed.unwrap_or_else(|| default_limit(md.len()));
+    let read_err = |e: ReadError| match e {
+        ReadError::DecompressedTooLarge { limit } => ReportError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+            file_len: md.len(),
+            given: max_decompressed.is_some(),
+        },
+        e => err(&e),
+    };
+    let layout = FileLayout::read(&mut file).map_err(read_err)?;
+    let plain = PlainFile::open(file, layout, limit).map_err(read_err)?;
+    // The limit or torn data met while parsing (the file changed since it
+    // was checked) is said as itself, not as the parser's I/O error.
+    let parse_err = |e: linux_perf_data::Error| match e {
+        linux_perf_data::Error::IoError(io) => read_err(ReadError::from_io(io)),
+        e => err(&e),
+    };
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(BufReader::new(file)).map_err(|e| err(&e))?;
+    } = PerfFileReader::parse_file(BufReader::with_capacity(256 << 10, plain))
+        .map_err(parse_err)?;
 
     let mut loader = Loader::default();
     let snap = &mut loader.snap;
@@ -107,10 +136,7 @@ pub fn read(path: &Path) -> Result<Snapshot, ReportError> {
     }
     loader.switch_fields = switch_fields;
 
-    while let Some(record) = record_iter
-        .next_record(&mut perf_file)
-        .map_err(|e| err(&e))?
-    {
+    while let Some(record) = record_iter.next_record(&mut perf_file).map_err(parse_err)? {
         let PerfFileRecord::EventRecord { attr_index, record } = record else {
             continue;
         };

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 
 use super::FleetTarget;
 use crate::ClientError;
-use crate::render::human_bytes;
+use crate::render::{human_bytes, shown};
 
 /// `role=db` into its key and value.
 pub fn parse_selector(s: &str) -> Result<(String, String), String> {
@@ -108,21 +108,25 @@ impl FleetDump {
             .replies
             .iter()
             .map(|r| {
-                let host = r["host"].as_str().unwrap_or("?");
+                // Every field is what a responder (any member of the
+                // subject) chose to send.
+                let field = |key: &str| shown(r[key].as_str().unwrap_or("?")).into_owned();
+                let host = field("host");
                 match r.get("error") {
-                    Some(e) => format!("{host}  error: {}", e.as_str().unwrap_or("?")),
+                    Some(_) => format!("{host}  error: {}", field("error")),
                     None => format!(
                         "{host}  {}  {}  {}",
-                        r["id"].as_str().unwrap_or("?"),
+                        field("id"),
                         human_bytes(r["bytes"].as_u64().unwrap_or(0)),
-                        r["path"].as_str().unwrap_or("?")
+                        field("path")
                     ),
                 }
             })
             .collect();
         for host in &self.missing {
             out.push(format!(
-                "{host}  no reply within {}",
+                "{}  no reply within {}",
+                shown(host),
                 humantime::format_duration(self.waited)
             ));
         }
@@ -231,6 +235,24 @@ mod tests {
         assert_eq!(
             request_json(None, &BTreeMap::new(), false, window),
             json!({"at": "2026-11-23T21:04:05.500000000Z", "before": "10s", "after": "1s 500ms"})
+        );
+    }
+
+    #[test]
+    fn a_responders_fields_are_shown_escaped() {
+        let d = FleetDump {
+            replies: vec![
+                json!({"host": "a\x1b]0;x\x07", "id": "i\r\nforged", "bytes": 1, "path": "/\x1b[2J"}),
+                json!({"host": "b\n", "error": "\x1b[31mred"}),
+            ],
+            missing: vec![],
+            waited: Duration::from_secs(1),
+            last_reply: Some(Duration::from_millis(5)),
+        };
+        assert_eq!(
+            d.render(false),
+            "a\\x1b]0;x\\x07  i\\r\\nforged  1B  /\\x1b[2J\nb\\n  error: \\x1b[31mred\n\
+             2 hosts answered, the last after 5ms"
         );
     }
 

@@ -1,5 +1,42 @@
-//! The small pieces every rendering shares: sizes, times, durations and
-//! aligned tables.
+//! The small pieces every rendering shares: sizes, times, durations,
+//! aligned tables, and text from elsewhere made harmless to a terminal.
+
+use std::borrow::Cow;
+
+/// `text` with its control characters (C0 such as ESC, CR, LF and TAB,
+/// DEL, C1) and the Unicode controls that reorder a line (bidi marks,
+/// embeddings, overrides, isolates) written as escapes (`\x1b`, `\n`,
+/// `\u{202e}`). Text another host, another process or a file wrote (a
+/// host name, an object's headers, a comm, a path) may hold sequences a
+/// terminal obeys: retitle the window, clear the screen, or a CR/LF that
+/// forges a row of a table. Shown this way, it is read, not obeyed.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if needs_escape(c) && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
 
 /// `1.5MiB`, `512B`.
 pub fn human_bytes(n: u64) -> String {
@@ -51,10 +88,15 @@ pub(super) fn ms(ns: u64) -> String {
     }
 }
 
-/// Left-aligned columns under `header`, two spaces apart.
+/// Left-aligned columns under `header`, two spaces apart; each cell
+/// [`shown`].
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -88,6 +130,18 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00Z");
         assert_eq!(ms(45_600), "45us");
         assert_eq!(ms(12_340_000), "12.3ms");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(shown("plain text é"), "plain text é");
+        assert!(matches!(shown("plain"), Cow::Borrowed(_)));
+        assert_eq!(
+            shown("\x1b]0;owned\x07\x1b[2J\r\nhost-b\tx\u{7f}\u{9b}\u{202e}"),
+            "\\x1b]0;owned\\x07\\x1b[2J\\r\\nhost-b\\tx\\x7f\\u{9b}\\u{202e}"
+        );
+        let t = table(&["A", "B"], &[vec!["a\r\nforged".into(), "\x1b[2J".into()]]);
+        assert_eq!(t, "A            B\na\\r\\nforged  \\x1b[2J");
     }
 
     #[test]

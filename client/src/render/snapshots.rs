@@ -4,7 +4,7 @@
 use flightrec_proto::v1 as pb;
 use serde_json::{Value, json};
 
-use super::format::{human_bytes, table, utc};
+use super::format::{human_bytes, shown, table, utc};
 
 pub fn snapshot_json(s: &pb::Snapshot) -> Value {
     json!({
@@ -163,7 +163,7 @@ pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_jso
     if !s.missing.is_empty() {
         text.push_str(&format!(
             "; not found with their build-id: {}",
-            s.missing.join(", ")
+            shown(&s.missing.join(", "))
         ));
     }
     text
@@ -185,6 +185,7 @@ pub fn written(w: &crate::report::Written, as_json: bool) -> String {
             "frames": w.frames,
             "named_frames": w.named,
             "unresolved": w.unresolved,
+            "not_used": w.not_used,
         })
         .to_string();
     }
@@ -195,10 +196,21 @@ pub fn written(w: &crate::report::Written, as_json: bool) -> String {
         w.named,
         w.frames
     );
+    // Paths in a snapshot are what its processes (or its writer) chose.
     for u in &w.unresolved {
         text.push_str(&format!(
             "\n  not named: {} ({} frames): {}",
-            u.file, u.frames, u.reason
+            shown(&u.file),
+            u.frames,
+            shown(&u.reason)
+        ));
+    }
+    for n in &w.not_used {
+        text.push_str(&format!(
+            "\n  not used: {} {}: {}",
+            n.option,
+            shown(&n.path),
+            shown(&n.reason)
         ));
     }
     text

@@ -4,14 +4,16 @@ use flightrec_proto::v1 as pb;
 use pb::watch_event::Kind;
 use serde_json::{Value, json};
 
-use super::format::{human_bytes, utc};
+use super::format::{human_bytes, shown, utc};
 use super::snapshots::snapshot_json;
 
 pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
     if as_json {
         watch_event_json(e).to_string()
     } else {
-        watch_event_text(e)
+        // One line, whose parts (a comm, a path, an error) come from other
+        // processes.
+        shown(&watch_event_text(e)).into_owned()
     }
 }
 
@@ -172,6 +174,22 @@ mod tests {
         assert_eq!(v["event"], "trigger_fired");
         assert_eq!(v["times"], 3);
         assert_eq!(v["suppressed_by"], "min_interval");
+    }
+
+    #[test]
+    fn a_matched_comm_is_shown_escaped() {
+        let e = event(Kind::TriggerFired(pb::TriggerFired {
+            name: "exec".into(),
+            matched: "sched:sched_process_exec on CPU 1 by pid 7 (\x1b]0;x\x07\r\n)".into(),
+            dumped: true,
+            suppressed_by: String::new(),
+            times: 1,
+        }));
+        assert_eq!(
+            watch_event(&e, false),
+            "2026-11-20 22:11:33Z trigger exec fired: sched:sched_process_exec on CPU 1 by pid \
+             7 (\\x1b]0;x\\x07\\r\\n); dump queued"
+        );
     }
 
     #[test]

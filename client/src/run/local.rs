@@ -10,9 +10,9 @@ use flightrec_proto::v1 as pb;
 use super::daemon::Daemon;
 use crate::ClientError;
 use crate::archive::{self, ArchiveError, ArchiveOptions};
-use crate::cli::SymbolArgs;
+use crate::cli::{ReadLimits, SymbolArgs};
 use crate::render;
-use crate::report::{self, ExportFormat, ReportFailure};
+use crate::report::{self, ExportRequest, ReportFailure};
 
 pub(super) async fn archive(
     daemon: &Daemon,
@@ -31,12 +31,19 @@ pub(super) async fn decompress(
     daemon: &Daemon,
     snapshot: &str,
     output: Option<PathBuf>,
+    limits: ReadLimits,
     force: bool,
     json: bool,
 ) -> Result<String, ClientError> {
     let path = snapshot_file(daemon, snapshot).await?;
     let out = output.unwrap_or_else(|| format!("{}.plain.perf.data", snapshot_id(&path)).into());
-    let bytes = archive::write_plain_copy(&path, &out, force).map_err(failed)?;
+    let bytes = tokio::task::spawn_blocking(move || {
+        archive::write_plain_copy(&path, &out, force, limits.max_decompressed)
+            .map(|bytes| (out, bytes))
+    })
+    .await
+    .map_err(|e| ClientError::Output(std::io::Error::other(e.to_string())))?;
+    let (out, bytes) = bytes.map_err(failed)?;
     Ok(render::decompressed(&out, bytes, json))
 }
 
@@ -45,6 +52,7 @@ pub(super) async fn report(
     snapshot: &str,
     output: Option<PathBuf>,
     symbols: &SymbolArgs,
+    limits: ReadLimits,
     force: bool,
     json: bool,
 ) -> Result<String, ClientError> {
@@ -72,49 +80,25 @@ pub(super) async fn report(
         trigger_unix_ns: side.as_ref().map(|s| s.created_unix_ns),
     };
     let sources = symbols.sources();
+    let max = limits.max_decompressed;
     let written =
-        blocking(move || report::write_report(&path, &out, &ctx, &sources, force)).await?;
+        blocking(move || report::write_report(&path, &out, &ctx, &sources, max, force)).await?;
     Ok(render::written(&written, json))
-}
-
-/// What `snapctl export` writes.
-pub(super) struct Export {
-    pub format: ExportFormat,
-    pub event: Option<String>,
-    pub off_cpu: bool,
-    pub force: bool,
 }
 
 pub(super) async fn export(
     daemon: &Daemon,
     snapshot: &str,
     output: Option<PathBuf>,
-    export: &Export,
+    request: ExportRequest,
     symbols: &SymbolArgs,
     json: bool,
 ) -> Result<String, ClientError> {
     let path = snapshot_file(daemon, snapshot).await?;
     let out = output
-        .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), export.format.extension()).into());
+        .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), request.format.extension()).into());
     let sources = symbols.sources();
-    let (format, event, off_cpu, force) = (
-        export.format,
-        export.event.clone(),
-        export.off_cpu,
-        export.force,
-    );
-    let written = blocking(move || {
-        report::write_export(
-            &path,
-            &out,
-            format,
-            event.as_deref(),
-            off_cpu,
-            &sources,
-            force,
-        )
-    })
-    .await?;
+    let written = blocking(move || report::write_export(&path, &out, &request, &sources)).await?;
     let text = render::written(&written, json);
     if written.path.is_none() {
         // The export went to standard output: the summary goes beside it.
@@ -136,12 +120,13 @@ where
         .map_err(|e| ClientError::Output(std::io::Error::other(e.to_string())))?
         .map_err(|e| match e {
             ReportFailure::Write(e) => failed(e),
-            ReportFailure::Read(e @ flightrec_report::ReportError::Snapshot { .. }) => {
-                ClientError::Daemon {
-                    code: tonic::Code::FailedPrecondition,
-                    message: e.to_string(),
-                }
-            }
+            ReportFailure::Read(
+                e @ (flightrec_report::ReportError::Snapshot { .. }
+                | flightrec_report::ReportError::TooLarge { .. }),
+            ) => ClientError::Daemon {
+                code: tonic::Code::FailedPrecondition,
+                message: e.to_string(),
+            },
             ReportFailure::Read(e) => ClientError::Daemon {
                 code: tonic::Code::InvalidArgument,
                 message: e.to_string(),

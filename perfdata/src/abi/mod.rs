@@ -63,6 +63,9 @@ pub mod record_type {
     /// the kernel header, so not in the bindings.
     pub const FINISHED_ROUND: u32 = 68;
     pub const COMPRESSED: u32 = 81;
+    /// COMPRESSED with the zstd bytes' length after the header (perf since
+    /// Linux 6.16), so the record can be padded to 8 bytes.
+    pub const COMPRESSED2: u32 = 83;
 }
 
 /// `header.misc` values.
