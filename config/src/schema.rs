@@ -28,6 +28,9 @@ pub struct Config {
     pub tracking: TrackingConfig,
     /// `[history]`: the look-back kept on disk (off by default).
     pub history: HistoryConfig,
+    /// `[containers]`: which cgroup (service, container, pod) samples are
+    /// of, and the runtimes asked for containers' names.
+    pub containers: ContainersConfig,
     /// `[[event]]` tables; a file that has none records the default events.
     #[serde(rename = "event")]
     pub events: Vec<Spanned<EventConfig>>,
@@ -199,6 +202,31 @@ impl Default for HistoryConfig {
     }
 }
 
+/// `[containers]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainersConfig {
+    /// Samples carry their cgroup id (`PERF_SAMPLE_CGROUP`) and every
+    /// snapshot names every cgroup, as `perf record --all-cgroups` does.
+    pub cgroups: bool,
+    /// Docker Engine API sockets (Docker's, `podman system service`'s)
+    /// asked for containers' names and labels; one that is absent or does
+    /// not answer costs nothing but the names.
+    pub runtime_sockets: Vec<Spanned<PathBuf>>,
+}
+
+impl Default for ContainersConfig {
+    fn default() -> Self {
+        Self {
+            cgroups: true,
+            runtime_sockets: vec![
+                unspanned("/run/docker.sock".into()),
+                unspanned("/run/podman/podman.sock".into()),
+            ],
+        }
+    }
+}
+
 /// A value that came from a default, not from a file: it has no position.
 fn unspanned<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
@@ -257,6 +285,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             tracking: TrackingConfig::default(),
             history: HistoryConfig::default(),
+            containers: ContainersConfig::default(),
             events: default_events(),
             triggers: Vec::new(),
             fleet: None,

@@ -109,13 +109,14 @@ pub fn write_cut<S: Sink>(
         ..CutFigures::default()
     };
     // The checkpoint and the tracking records after it name every
-    // process: none is synthesized at the window's start.
+    // process: none is synthesized at the window's start. Every cgroup the
+    // daemon knows now is (the checkpoint's may be older).
     encoder
         .window_start(
             figures.window_start,
             ring.kernel_text,
             &ring.loaded_modules,
-            &[],
+            (&ring.cgroups, &[]),
         )
         .map_err(Fill::Encode)?;
     let event_id_of = |cpu: u32| {

@@ -6,6 +6,7 @@
 //! daemon start (or on reload); encoding a snapshot only reads the cached
 //! value, so writing a perf.data file needs no I/O besides the output itself.
 
+pub mod cgroups;
 mod clock;
 pub mod machine;
 mod modules;

@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -82,7 +83,7 @@ pub struct WriteOptions {
     pub compression: Option<i32>,
     /// Host facts gathered at daemon start; `None` gathers them (I/O) when
     /// [`super::output::write_snapshot`] runs.
-    pub host: Option<std::sync::Arc<HostInfo>>,
+    pub host: Option<Arc<HostInfo>>,
 }
 
 /// Where an encoded file goes: appended to, then its header written over
@@ -255,13 +256,14 @@ impl<'h, S: Sink> Encoder<'h, S> {
 
     /// The data section's first records: the state at `start` (the
     /// kernel's and the modules' maps, modules loaded since start up to it
-    /// from `loaded`, every process of `processes`), stamped just before.
+    /// from `loaded`, every cgroup, every process of `processes`), stamped
+    /// just before.
     pub fn window_start(
         &mut self,
         start: Option<SampleTime>,
         kernel_text: Option<u64>,
         loaded: &[LoadedModule],
-        processes: &[ProcessState],
+        (cgroups, processes): (&[(u64, Arc<str>)], &[ProcessState]),
     ) -> Result<(), PerfDataError> {
         self.window_start = start;
         let tracking = &self.events[self.tracking];
@@ -292,6 +294,8 @@ impl<'h, S: Sink> Encoder<'h, S> {
                 self.summary.synthesized_records += 1;
             }
         }
+        self.summary.synthesized_records +=
+            synth::push_cgroups(&mut head, &tracking.attr, tracking_id, synth_time, cgroups);
         self.summary.synthesized_records += synth::push_process_state(
             &mut head,
             &tracking.attr,
@@ -460,7 +464,7 @@ pub fn encode_capture<S: Sink>(
         capture.window_start,
         capture.kernel_text,
         &capture.loaded_modules,
-        &capture.processes,
+        (&capture.cgroups, &capture.processes),
     )?;
     encoder.tracking(&capture.tracking_records)?;
     for cpu in &capture.cpus {

@@ -82,6 +82,20 @@ impl SampleLayout {
         (off + 4 <= size).then(|| get_u32(record, off))
     }
 
+    /// The cgroup id of a SAMPLE record: its last u64 when CGROUP is
+    /// sampled and nothing after it is (see [`sample::AFTER_CGROUP`]).
+    pub fn sample_cgroup(&self, record: &[u8]) -> Option<u64> {
+        let header = RecordHeader::parse(record)?;
+        if header.type_ != record_type::SAMPLE
+            || !self.has(sample::CGROUP)
+            || self.has(sample::AFTER_CGROUP)
+        {
+            return None;
+        }
+        let size = usize::from(header.size).min(record.len());
+        (size >= HEADER_SIZE + 8).then(|| get_u64(record, size - 8))
+    }
+
     /// `(time, cpu)` of a whole record, `None` where the record lacks them
     /// or is too short to hold them.
     pub fn time_and_cpu(&self, record: &[u8]) -> (Option<u64>, Option<u32>) {
@@ -148,6 +162,11 @@ impl RecordLayouts {
     /// The layout of the event that wrote `record`.
     pub fn layout(&self, record: &[u8]) -> Option<SampleLayout> {
         self.by_id.get(&Self::identifier(record)?).copied()
+    }
+
+    /// The cgroup id of a SAMPLE `record`, looked up by its identifier.
+    pub fn sample_cgroup(&self, record: &[u8]) -> Option<u64> {
+        self.layout(record)?.sample_cgroup(record)
     }
 
     /// The pid of a SAMPLE `record`, looked up by its identifier.

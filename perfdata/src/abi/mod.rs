@@ -153,6 +153,13 @@ pub mod sample {
     pub const STREAM_ID: u64 = b::PERF_SAMPLE_STREAM_ID as u64;
     pub const RAW: u64 = b::PERF_SAMPLE_RAW as u64;
     pub const IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
+    /// The sampled task's cgroup id, in the hierarchy of the perf_event
+    /// controller (Linux 5.7).
+    pub const CGROUP: u64 = b::PERF_SAMPLE_CGROUP as u64;
+    /// Fields that come after CGROUP in a sample: with none of them, the
+    /// cgroup id is a sample's last u64.
+    pub const AFTER_CGROUP: u64 =
+        (b::PERF_SAMPLE_DATA_PAGE_SIZE | b::PERF_SAMPLE_CODE_PAGE_SIZE | b::PERF_SAMPLE_AUX) as u64;
 }
 
 /// `enum perf_event_read_format` bits, as the `read_format` word they go in.
