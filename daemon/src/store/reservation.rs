@@ -63,6 +63,9 @@ impl Store {
             matched: r.matched.clone(),
             created_unix_ns,
             uploads: self.upload_destinations(),
+            // Not known before the capture; not filled yet.
+            window_start_unix_ns: None,
+            window_end_unix_ns: None,
         };
         self.write_sidecar(&r.id(), &meta)?;
         Ok(r)
