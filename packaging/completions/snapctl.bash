@@ -140,13 +140,17 @@ _snapctl() {
 
     case "${cmd}" in
         snapctl)
-            opts="-h -V --socket --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress report export fleet help"
+            opts="-h -V --socket --config --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress report export fleet help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -162,7 +166,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__archive)
-            opts="-o -h --output --no-kallsyms --force --socket --json --timeout --help"
+            opts="-o -h --output --no-kallsyms --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -177,6 +181,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -192,7 +200,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__compress)
-            opts="-h --level --socket --json --timeout --help"
+            opts="-h --level --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,6 +211,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -218,7 +230,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__decompress)
-            opts="-o -h --output --force --socket --json --timeout --help"
+            opts="-o -h --output --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -236,6 +248,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -248,7 +264,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__dump)
-            opts="-h --label --compress --at --before --after --socket --json --timeout --help"
+            opts="-h --label --compress --at --before --after --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -274,6 +290,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -286,7 +306,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -320,6 +340,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -332,7 +356,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet)
-            opts="-h --nats --subject --bucket --creds --user --password-file --socket --json --timeout --help dump list fetch help"
+            opts="-h --nats --subject --bucket --creds --user --password-file --socket --config --json --timeout --help dump list fetch help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -366,6 +390,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -378,7 +406,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__dump)
-            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --json --timeout --help"
+            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -420,6 +448,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -432,7 +464,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__fetch)
-            opts="-o -h --output --force --socket --json --timeout --help"
+            opts="-o -h --output --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -447,6 +479,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -532,7 +568,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__list)
-            opts="-h --host --socket --json --timeout --help"
+            opts="-h --host --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -543,6 +579,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -810,13 +850,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__list)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -832,13 +876,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__reload)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -854,7 +902,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --force --socket --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -880,6 +928,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -892,7 +944,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__rotate)
-            opts="-h --keep --max-bytes --max-age --all --socket --json --timeout --help"
+            opts="-h --keep --max-bytes --max-age --all --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -914,6 +966,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -926,13 +982,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__status)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -948,13 +1008,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__triggers)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -970,7 +1034,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__watch)
-            opts="-h --count --socket --json --timeout --help"
+            opts="-h --count --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -981,6 +1045,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -139,6 +139,10 @@ fn add_snapctl_pages(cmd: &clap::Command, top: bool, pages: &mut BTreeMap<String
                 "FLIGHTREC_TIMEOUT",
                 "The timeout, when --timeout is not given.",
             ),
+            (
+                "FLIGHTREC_CONFIG",
+                "The daemon's config file, when --config is not given.",
+            ),
         ] {
             extra.control("TP", [] as [&str; 0]);
             extra.text([bold(var)]);

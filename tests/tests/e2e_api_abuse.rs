@@ -420,7 +420,7 @@ fn snapctl_gives_up_on_a_socket_nobody_answers() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains(&format!(
-                "the daemon on {} did not answer within 1s",
+                "the daemon on {} did not answer within 1.00 s",
                 socket.display()
             )),
             "{args:?}: {stderr}"
@@ -471,7 +471,7 @@ fn snapctl_gives_up_on_a_stopped_daemon_even_in_the_middle_of_a_dump() {
     let (out, took) = wait_output(dump, Duration::from_secs(15), "snapctl dump");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("did not answer within 1s"),
+        String::from_utf8_lossy(&out.stderr).contains("did not answer within 1.00 s"),
         "{out:?}"
     );
     assert!(took < Duration::from_secs(5), "gave up after {took:?}");

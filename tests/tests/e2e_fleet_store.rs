@@ -512,7 +512,7 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
         stderr(&out),
         format!(
             "snapctl: NATS at {}: the download of host-a/whole.perf.data stalled after 0 \
-             bytes (nothing for 1s)\n",
+             bytes (nothing for 1.00 s)\n",
             relay.url
         )
     );
@@ -643,7 +643,7 @@ fn fleet_list_and_fetch_name_a_missing_bucket_or_snapshot_and_an_unreachable_ser
         (
             &silent,
             "1s",
-            "no NATS greeting within 1s (not a NATS server, or unreachable?)",
+            "no NATS greeting within 1.00 s (not a NATS server, or unreachable?)",
         ),
     ];
     for (url, timeout, why) in cases {
