@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flightrec_proto::v1 as pb;
-use flightrec_tests::{Daemon, PythonClient, bin_path, require_root};
+use flightrec_tests::{Daemon, PythonClient, require_root};
 use serde_json::Value;
 
 /// Waits for `child` at most `within`; kills it and panics past that.
@@ -404,9 +404,8 @@ fn snapctl_gives_up_on_a_socket_nobody_answers() {
         (vec!["list"], Some("1s")),
         (vec!["watch"], Some("1s")),
     ] {
-        let mut cmd = Command::new(bin_path("snapctl"));
+        let mut cmd = flightrec_tests::snapctl_command();
         cmd.arg("--socket").arg(&socket).args(&args);
-        cmd.env_remove("FLIGHTREC_TIMEOUT");
         if let Some(t) = env {
             cmd.env("FLIGHTREC_TIMEOUT", t);
         }
