@@ -28,9 +28,17 @@ Exit status:
 #[command(name = "snapctl", version, after_help = EXIT_CODES)]
 pub struct Args {
     /// The daemon's socket. Default: $FLIGHTREC_SOCKET, else daemon.socket
-    /// from /etc/flightrec/flightrec.toml, else /run/flightrec/flightrecd.sock.
+    /// of the daemon's config file (see --config), else
+    /// /run/flightrec/flightrecd.sock.
     #[arg(long, global = true, value_name = "PATH", env = "FLIGHTREC_SOCKET")]
     pub socket: Option<PathBuf>,
+
+    /// The daemon's config file, read for what snapctl is not told: the
+    /// socket and, for `fleet`, its [fleet] section. Default:
+    /// $FLIGHTREC_CONFIG, else /etc/flightrec/flightrec.toml when it
+    /// exists. A file named here must read as a valid config.
+    #[arg(long, global = true, value_name = "FILE", env = "FLIGHTREC_CONFIG")]
+    pub config: Option<PathBuf>,
 
     /// Print JSON (one object; `watch` prints one per line) instead of text.
     #[arg(long, global = true)]

@@ -257,7 +257,9 @@ impl Default for BuffersConfig {
 impl Default for SnapshotConfig {
     fn default() -> Self {
         Self {
-            compression: Compression::Zstd,
+            // Plain: every reader the README names opens it (hotspot and
+            // samply 0.13.1 read no sample from a compressed one).
+            compression: Compression::None,
             level: unspanned(3),
             min_interval: HumanDuration::secs(1),
             post_trigger_delay: unspanned(HumanDuration::secs(0)),
@@ -293,22 +295,24 @@ impl Default for Config {
     }
 }
 
-/// `sched:sched_switch`, and `cpu-clock` at 999 Hz with call chains.
+/// `cpu-clock` at 999 Hz with call chains, then `sched:sched_switch`:
+/// the CPU profile first, because `perf report` prints the first event
+/// first and samply profiles only the first.
 pub fn default_events() -> Vec<Spanned<EventConfig>> {
     vec![
-        unspanned(EventConfig {
-            name: unspanned("sched:sched_switch".into()),
-            frequency: None,
-            period: None,
-            callchain: false,
-            context_switch: false,
-            filter: None,
-        }),
         unspanned(EventConfig {
             name: unspanned("cpu-clock".into()),
             frequency: Some(unspanned(999)),
             period: None,
             callchain: true,
+            context_switch: false,
+            filter: None,
+        }),
+        unspanned(EventConfig {
+            name: unspanned("sched:sched_switch".into()),
+            frequency: None,
+            period: None,
+            callchain: false,
             context_switch: false,
             filter: None,
         }),

@@ -142,13 +142,17 @@ _snapctl() {
 
     case "${cmd}" in
         snapctl)
-            opts="-h -V --socket --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress report export fleet help"
+            opts="-h -V --socket --config --json --timeout --help --version dump list rotate compress status watch reload triggers archive decompress report export fleet help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -164,7 +168,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__archive)
-            opts="-o -h --output --no-kallsyms --force --socket --json --timeout --help"
+            opts="-o -h --output --no-kallsyms --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -182,6 +186,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -194,7 +202,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__compress)
-            opts="-h --level --socket --json --timeout --help"
+            opts="-h --level --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -205,6 +213,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -220,7 +232,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__decompress)
-            opts="-o -h --output --max-decompressed --force --socket --json --timeout --help"
+            opts="-o -h --output --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -242,6 +254,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -254,7 +270,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__dump)
-            opts="-h --label --compress --at --before --after --socket --json --timeout --help"
+            opts="-h --label --compress --at --before --after --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -280,6 +296,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -292,7 +312,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -330,6 +350,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -342,7 +366,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet)
-            opts="-h --nats --subject --bucket --creds --user --password-file --socket --json --timeout --help dump list fetch help"
+            opts="-h --nats --subject --bucket --creds --user --password-file --socket --config --json --timeout --help dump list fetch help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -376,6 +400,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -388,7 +416,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__dump)
-            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --json --timeout --help"
+            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -430,6 +458,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -442,7 +474,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__fetch)
-            opts="-o -h --output --force --socket --json --timeout --help"
+            opts="-o -h --output --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -457,6 +489,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -542,7 +578,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__list)
-            opts="-h --host --socket --json --timeout --help"
+            opts="-h --host --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -553,6 +589,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -820,13 +860,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__list)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -842,13 +886,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__reload)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -864,7 +912,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -894,6 +942,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -906,7 +958,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__rotate)
-            opts="-h --keep --max-bytes --max-age --all --socket --json --timeout --help"
+            opts="-h --keep --max-bytes --max-age --all --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -928,6 +980,10 @@ _snapctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -940,13 +996,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__status)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -962,13 +1022,17 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__triggers)
-            opts="-h --socket --json --timeout --help"
+            opts="-h --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -984,7 +1048,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__watch)
-            opts="-h --count --socket --json --timeout --help"
+            opts="-h --count --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -995,6 +1059,10 @@ _snapctl() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

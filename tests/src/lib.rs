@@ -399,7 +399,7 @@ impl Daemon {
     }
 
     pub fn snapctl_cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path("snapctl"));
+        let mut cmd = snapctl_command();
         cmd.arg("--socket").arg(&self.socket).args(args);
         cmd
     }
@@ -470,6 +470,20 @@ impl Drop for Daemon {
             let _ = self.stop();
         }
     }
+}
+
+/// `snapctl`, built on first use ([`bin_path`]), that reads nothing of
+/// the machine's own flightrec: `FLIGHTREC_CONFIG` names /dev/null, which
+/// reads as an empty config (the built-in defaults), so neither a socket
+/// nor a `[fleet]` comes from /etc/flightrec/flightrec.toml; and the
+/// caller's `FLIGHTREC_SOCKET` and `FLIGHTREC_TIMEOUT` are dropped (a test
+/// sets what it means).
+pub fn snapctl_command() -> Command {
+    let mut cmd = Command::new(bin_path("snapctl"));
+    cmd.env("FLIGHTREC_CONFIG", "/dev/null")
+        .env_remove("FLIGHTREC_SOCKET")
+        .env_remove("FLIGHTREC_TIMEOUT");
+    cmd
 }
 
 /// Runs `flightrecd FLAG CONFIG` (`--check-config`, or `--config` for a

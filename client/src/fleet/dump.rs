@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 
 use super::FleetTarget;
 use crate::ClientError;
-use crate::render::{human_bytes, shown};
+use crate::render::{human_bytes, shown, std_duration};
 
 /// `role=db` into its key and value.
 pub fn parse_selector(s: &str) -> Result<(String, String), String> {
@@ -83,7 +83,7 @@ impl FleetDump {
         if self.replies.is_empty() {
             Some(format!(
                 "no host answered within {}",
-                humantime::format_duration(self.waited)
+                std_duration(self.waited)
             ))
         } else if !self.missing.is_empty() || errors > 0 {
             Some(format!(
@@ -127,14 +127,14 @@ impl FleetDump {
             out.push(format!(
                 "{}  no reply within {}",
                 shown(host),
-                humantime::format_duration(self.waited)
+                std_duration(self.waited)
             ));
         }
         out.push(match self.last_reply {
             Some(d) => format!(
-                "{} hosts answered, the last after {}ms",
+                "{} hosts answered, the last after {}",
                 self.replies.len(),
-                d.as_millis()
+                std_duration(d)
             ),
             None => "no host answered".into(),
         });
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(
             d.render(false),
             "a\\x1b]0;x\\x07  i\\r\\nforged  1B  /\\x1b[2J\nb\\n  error: \\x1b[31mred\n\
-             2 hosts answered, the last after 5ms"
+             2 hosts answered, the last after 5.00 ms"
         );
     }
 
@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(
             d.render(false),
             "host-a  i  2.0KiB  /s/i.perf.data\nhost-b  error: disk full\nhost-c  no reply \
-             within 2s\n2 hosts answered, the last after 40ms"
+             within 2.00 s\n2 hosts answered, the last after 40.0 ms"
         );
         let v: Value = serde_json::from_str(&d.render(true)).unwrap();
         assert_eq!(v["replies"][1]["error"], "disk full");
@@ -285,7 +285,7 @@ mod tests {
             waited: Duration::from_secs(1),
             last_reply: None,
         };
-        assert_eq!(none.failure().unwrap(), "no host answered within 1s");
+        assert_eq!(none.failure().unwrap(), "no host answered within 1.00 s");
         let ok = FleetDump {
             replies: vec![json!({"host": "a", "id": "i"})],
             ..none

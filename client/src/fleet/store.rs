@@ -226,7 +226,7 @@ pub(super) async fn within<T>(
         .unwrap_or_else(|_| {
             Err(target.error(format!(
             "no answer within {} ({what} {:?}); --timeout or FLIGHTREC_TIMEOUT change the limit",
-            humantime::format_duration(timeout),
+            crate::render::std_duration(timeout),
             target.bucket
         )))
         })

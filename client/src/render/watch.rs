@@ -4,7 +4,7 @@ use flightrec_proto::v1 as pb;
 use pb::watch_event::Kind;
 use serde_json::{Value, json};
 
-use super::format::{human_bytes, shown, utc};
+use super::format::{duration, human_bytes, shown, utc};
 use super::snapshots::snapshot_json;
 
 pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
@@ -122,6 +122,16 @@ fn trigger_fired_text(when: &str, t: &pb::TriggerFired) -> String {
     )
 }
 
+/// [`duration`] of the API's float seconds (negative or not a number
+/// reads as 0).
+fn seconds(s: f64) -> String {
+    duration(if s.is_finite() && s > 0.0 {
+        (s * 1e9) as u64
+    } else {
+        0
+    })
+}
+
 fn uploaded_text(when: &str, u: &pb::SnapshotUploaded) -> String {
     let s = u.snapshot.clone().unwrap_or_default();
     let already = if u.already_there {
@@ -130,12 +140,12 @@ fn uploaded_text(when: &str, u: &pb::SnapshotUploaded) -> String {
         ""
     };
     format!(
-        "{when} uploaded {} to {} as {} ({}, {:.2}s){already}",
+        "{when} uploaded {} to {} as {} ({}, {}){already}",
         s.id,
         u.destination,
         u.object,
         human_bytes(s.bytes),
-        u.seconds
+        seconds(u.seconds)
     )
 }
 
@@ -190,6 +200,28 @@ mod tests {
             "2026-11-20 22:11:33Z trigger exec fired: sched:sched_process_exec on CPU 1 by pid \
              7 (\\x1b]0;x\\x07\\r\\n); dump queued"
         );
+    }
+
+    #[test]
+    fn an_upload_says_how_long_it_took_in_one_unit() {
+        let uploaded = event(Kind::Uploaded(pb::SnapshotUploaded {
+            snapshot: Some(pb::Snapshot {
+                id: "h-1".into(),
+                bytes: 3 << 20,
+                ..Default::default()
+            }),
+            destination: "jetstream".into(),
+            object: "flightrec/h/h-1.perf.data".into(),
+            seconds: 0.0604,
+            already_there: false,
+        }));
+        assert_eq!(
+            watch_event(&uploaded, false),
+            "2026-11-20 22:11:33Z uploaded h-1 to jetstream as flightrec/h/h-1.perf.data \
+             (3.0MiB, 60.4 ms)"
+        );
+        assert_eq!(seconds(f64::NAN), "0 s");
+        assert_eq!(seconds(-1.0), "0 s");
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
                 eprintln!(
                     "snapctl: the window asked for starts {} before the oldest record still \
                      held; the snapshot holds what is left",
-                    humantime::format_duration(Duration::from_nanos(r.window_missing_ns))
+                    render::duration(r.window_missing_ns)
                 );
             }
             render::dump(&r, json)

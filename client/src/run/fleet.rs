@@ -1,7 +1,7 @@
 //! `snapctl fleet ...`: NATS only, no daemon socket.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flightrec_config::FleetConfig;
@@ -47,11 +47,12 @@ impl FleetFlags {
 
 pub(super) async fn run(
     flags: FleetFlags,
+    config: Option<&Path>,
     command: FleetCommand,
     json: bool,
     timeout: Duration,
 ) -> Result<(), ClientError> {
-    let config = daemon_config();
+    let config = daemon_config(config)?;
     let target = flags.target(
         config
             .as_ref()

@@ -67,6 +67,8 @@ pub(super) async fn report(
             matched: i.matched.clone(),
             created_unix_ns: i.created_unix_ns,
             uploads: Vec::new(),
+            window_start_unix_ns: (i.window_start_unix_ns != 0).then_some(i.window_start_unix_ns),
+            window_end_unix_ns: (i.window_end_unix_ns != 0).then_some(i.window_end_unix_ns),
         }),
         None => sidecar_beside(&path),
     };

@@ -38,10 +38,10 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             user,
             password_file,
         };
-        return fleet::run(flags, *command, json, timeout).await;
+        return fleet::run(flags, args.config.as_deref(), *command, json, timeout).await;
     }
     let daemon = Daemon {
-        socket: config::socket_path(args.socket),
+        socket: config::socket_path(args.socket, args.config.as_deref())?,
         timeout,
     };
     match args.command {

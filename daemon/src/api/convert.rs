@@ -123,6 +123,9 @@ pub fn snapshot_pb(s: &SnapshotInfo) -> pb::Snapshot {
         created_unix_ns: s.created_unix_ns,
         seq: s.seq,
         matched: s.matched.clone(),
+        // Not filled yet: 0 is "unknown" to clients.
+        window_start_unix_ns: unix_ns(s.window.map(|w| w.0)),
+        window_end_unix_ns: unix_ns(s.window.map(|w| w.1)),
     }
 }
 

@@ -276,6 +276,7 @@ mod tests {
             created_unix_ns,
             seq: 0,
             pending_uploads: Vec::new(),
+            window: None,
         }
     }
 

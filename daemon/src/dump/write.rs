@@ -175,6 +175,7 @@ impl Pipeline {
                 &spec.trigger,
                 &spec.matched,
                 job.frozen_at.to_system_time(),
+                Some((held.start, held.end)),
             )
             .map_err(|e| DumpError::of_store(e, setup.store.dir()))?;
         let file_name = reservation.file_name();
@@ -281,6 +282,7 @@ impl Pipeline {
                     &spec.trigger,
                     &spec.matched,
                     job.frozen_at.to_system_time(),
+                    Some((held.start, held.end)),
                 )
                 .map_err(|e| DumpError::of_store(e, setup.store.dir()))?;
             let opts = WriteOptions {

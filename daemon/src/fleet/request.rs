@@ -310,6 +310,7 @@ mod tests {
             created_unix_ns: 17,
             seq: 1,
             pending_uploads: Vec::new(),
+            window: None,
         };
         let v: serde_json::Value = serde_json::from_slice(
             &FleetReply::snapshot(

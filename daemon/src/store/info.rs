@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::{SnapshotName, Store, StoreError, parse_id, read_compressed_flag};
+use crate::time::WallTime;
 
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,9 @@ pub struct SnapshotInfo {
     pub seq: u64,
     /// Destinations ("jetstream", "s3") it still waits to be uploaded to.
     pub pending_uploads: Vec<String>,
+    /// The window it holds (None for a snapshot written before it was
+    /// kept).
+    pub window: Option<(WallTime, WallTime)>,
 }
 
 /// The sidecar `.<id>.meta`.
@@ -51,6 +55,12 @@ impl Store {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let pending_uploads = meta.as_ref().map_or_else(Vec::new, |m| m.uploads.clone());
+        let window = meta.as_ref().and_then(|m| {
+            Some((
+                WallTime::from_unix_nanos(m.window_start_unix_ns?),
+                WallTime::from_unix_nanos(m.window_end_unix_ns?),
+            ))
+        });
         Ok(SnapshotInfo {
             pending_uploads,
             bytes: md.len(),
@@ -66,6 +76,7 @@ impl Store {
                 m.created_unix_ns
             }),
             seq: n.seq,
+            window,
             id,
             path,
         })

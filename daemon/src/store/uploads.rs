@@ -94,11 +94,11 @@ mod tests {
         let id = {
             let (store, _) = Store::open(dir.path(), "h").unwrap();
             store.set_upload_destinations(vec!["jetstream".into(), "s3".into()]);
-            let r = store.reserve(None, "signal", "", t0).unwrap();
+            let r = store.reserve(None, "signal", "", t0, None).unwrap();
             fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
             // Without destinations a snapshot is not queued.
             store.set_upload_destinations(vec![]);
-            let plain = store.reserve(None, "api", "", t0).unwrap();
+            let plain = store.reserve(None, "api", "", t0, None).unwrap();
             fs::write(dir.path().join(plain.file_name()), header(false)).unwrap();
             r.id()
         };
