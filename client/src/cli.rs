@@ -87,6 +87,15 @@ pub enum Command {
         /// are not held by it.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Only this container: its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots, oldest first.
     List,
@@ -325,6 +334,15 @@ pub enum FleetCommand {
         /// End the windows DUR after TIME.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Every host holds only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Every host holds only this container (the same pod on every node): its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots the daemons uploaded into the bucket.
     ///

@@ -31,6 +31,21 @@ pub struct Sidecar {
     pub window_start_unix_ns: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_end_unix_ns: Option<i64>,
+    /// The containers the snapshot holds samples of, with their counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<SidecarContainer>,
+    /// What a scoped dump held; empty for the whole machine.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
+}
+
+/// A container of the sidecar: what its cgroup path says and the runtime
+/// told, and how many samples the snapshot holds of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SidecarContainer {
+    #[serde(flatten)]
+    pub container: crate::container::Container,
+    pub samples: u64,
 }
 
 /// The sidecar's file name for snapshot `id`.
@@ -55,6 +70,8 @@ mod tests {
                 uploads: vec![],
                 window_start_unix_ns: None,
                 window_end_unix_ns: None,
+                containers: vec![],
+                scope: String::new(),
             }
         );
         assert_eq!(serde_json::to_string(&s).unwrap(), old);
@@ -72,6 +89,23 @@ mod tests {
         );
         let back: Sidecar = serde_json::from_str(&text).unwrap();
         assert_eq!(back, full);
+        let scoped = Sidecar {
+            scope: "container:web".into(),
+            containers: vec![SidecarContainer {
+                container: crate::container::Container {
+                    runtime: "podman".into(),
+                    id: "a2ad".into(),
+                    cgroup: "/libpod_parent/libpod-a2ad".into(),
+                    name: "web".into(),
+                    ..Default::default()
+                },
+                samples: 3,
+            }],
+            ..full
+        };
+        let text = serde_json::to_string(&scoped).unwrap();
+        assert!(text.contains(r#""runtime":"podman","id":"a2ad""#), "{text}");
+        assert_eq!(serde_json::from_str::<Sidecar>(&text).unwrap(), scoped);
         assert_eq!(file_name("h-1"), ".h-1.meta");
     }
 }

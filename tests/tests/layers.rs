@@ -59,18 +59,28 @@ fn daemon_folders_use_only_what_the_table_allows() {
             ),
             ("store", &["snapshot", "time"]),
             ("events", &["store", "time"]),
+            ("runtimes", &["log_limit"]),
             (
                 "dump",
                 &[
-                    "perf", "ring", "host", "recorder", "snapshot", "history", "store", "events",
+                    "perf",
+                    "ring",
+                    "host",
+                    "recorder",
+                    "snapshot",
+                    "history",
+                    "store",
+                    "events",
+                    "runtimes",
                     "time",
+                    "log_limit",
                 ],
             ),
             (
                 "control",
                 &[
                     "perf", "host", "recorder", "snapshot", "history", "store", "events", "dump",
-                    "triggers", "time",
+                    "runtimes", "triggers", "time",
                 ],
             ),
             (

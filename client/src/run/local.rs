@@ -69,6 +69,23 @@ pub(super) async fn report(
             uploads: Vec::new(),
             window_start_unix_ns: (i.window_start_unix_ns != 0).then_some(i.window_start_unix_ns),
             window_end_unix_ns: (i.window_end_unix_ns != 0).then_some(i.window_end_unix_ns),
+            containers: i
+                .containers
+                .iter()
+                .map(|c| flightrec_proto::sidecar::SidecarContainer {
+                    container: flightrec_proto::container::Container {
+                        runtime: c.runtime.clone(),
+                        id: c.id.clone(),
+                        cgroup: c.cgroup.clone(),
+                        pod_uid: c.pod_uid.clone(),
+                        name: c.name.clone(),
+                        pod: c.pod.clone(),
+                        namespace: c.namespace.clone(),
+                    },
+                    samples: c.samples,
+                })
+                .collect(),
+            scope: i.scope.clone(),
         }),
         None => sidecar_beside(&path),
     };

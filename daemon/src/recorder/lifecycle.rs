@@ -342,6 +342,14 @@ impl Recorder {
         })
     }
 
+    /// Every cgroup known (empty when cgroup ids are not recorded).
+    pub fn cgroups(&self) -> Vec<(u64, Arc<str>)> {
+        lock(&self.live.tracking)
+            .cgroups()
+            .map(|c| c.all())
+            .unwrap_or_default()
+    }
+
     /// Drains the tracking rings now (captures do this themselves).
     pub fn drain_tracking(&self) -> usize {
         lock(&self.live.tracking).drain()

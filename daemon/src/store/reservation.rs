@@ -39,6 +39,20 @@ impl Store {
         now: SystemTime,
         window: Option<(WallTime, WallTime)>,
     ) -> Result<Reservation, StoreError> {
+        self.reserve_scoped(label, trigger, matched, now, window, "")
+    }
+
+    /// [`Store::reserve`] for a snapshot of part of the machine (`scope`,
+    /// as `List` shows it; empty: the whole machine).
+    pub fn reserve_scoped(
+        &self,
+        label: Option<&str>,
+        trigger: &str,
+        matched: &str,
+        now: SystemTime,
+        window: Option<(WallTime, WallTime)>,
+        scope: &str,
+    ) -> Result<Reservation, StoreError> {
         if let Some(l) = label {
             validate_label(l)?;
         }
@@ -69,6 +83,8 @@ impl Store {
             // Not known before the capture; not filled yet.
             window_start_unix_ns: window.map(|w| w.0.as_unix_nanos()),
             window_end_unix_ns: window.map(|w| w.1.as_unix_nanos()),
+            containers: Vec::new(),
+            scope: scope.to_string(),
         };
         self.write_sidecar(&r.id(), &meta)?;
         Ok(r)
