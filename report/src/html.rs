@@ -4,6 +4,13 @@
 //! what a pixel can show is drawn, so a snapshot of millions of switches
 //! still pans), flame graphs of on-CPU samples and off-CPU time, and the
 //! top processes and threads.
+//!
+//! Every string of the snapshot (a thread's name, a trigger's text, a
+//! label) reaches the page through one of two escapes: the JSON in a
+//! `<script type="application/json">` element with `<`, `>` and `&`
+//! written as `\u` escapes, or HTML text (the `<title>`); the template's
+//! placeholders are filled in one pass, so nothing put in is read as a
+//! placeholder again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
@@ -47,20 +54,60 @@ pub fn page(snap: &Snapshot, names: &Names, ctx: &PageContext) -> String {
         },
         "strings": strings.table,
     });
-    // Inside <script>, "</" could end the element early: JSON lets it be
-    // written "<\/".
-    let data = data
-        .to_string()
-        .replace("</", "<\\/")
-        .replace("<!--", "<\\!--");
-    TEMPLATE
-        .replace("__TITLE__", &escape(&format!("flightrec: {}", ctx.title)))
-        .replace("__CSS__", CSS)
-        .replace("__JS__", JS)
-        .replace("__DATA__", &data)
+    fill_template(
+        TEMPLATE,
+        &[
+            (
+                "__TITLE__",
+                &escape_html(&format!("flightrec: {}", ctx.title)),
+            ),
+            ("__CSS__", CSS),
+            ("__JS__", JS),
+            ("__DATA__", &script_json(&data.to_string())),
+        ],
+    )
 }
 
-fn escape(s: &str) -> String {
+/// JSON text made safe inside a `<script>` element: `<`, `>` and `&` only
+/// occur inside JSON strings, where `\u003c`, `\u003e` and `\u0026` mean
+/// the same characters to `JSON.parse`, and without them no `</script>`
+/// or `<!--` can end or change the element.
+fn script_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() + json.len() / 64);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `template` with each placeholder replaced by its value, in one pass
+/// from left to right: a value is never searched for placeholders, so a
+/// title that holds `__JS__` or `__DATA__` stays as it is.
+fn fill_template(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out =
+        String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut rest = template;
+    loop {
+        let next = values
+            .iter()
+            .filter_map(|(key, value)| rest.find(key).map(|at| (at, *key, *value)))
+            .min_by_key(|(at, _, _)| *at);
+        let Some((at, key, value)) = next else { break };
+        out.push_str(&rest[..at]);
+        out.push_str(value);
+        rest = &rest[at + key.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Text for HTML, in an element or a quoted attribute.
+fn escape_html(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -361,6 +408,48 @@ mod tests {
         let rest = &page[start..];
         let body = &rest[rest.find('>').unwrap() + 1..rest.find("</script>").unwrap()];
         serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn a_thread_named_like_an_html_comment_leaves_the_data_valid_json() {
+        let (mut snap, names) = snap();
+        snap.threads[0].comm = "<!--".into();
+        let ctx = PageContext {
+            matched: Some("oom:mark_victim by <!-- (pid 9)".into()),
+            ..PageContext::default()
+        };
+        let page = page(&snap, &names, &ctx);
+        let data = data_of(&page);
+        assert!(data["strings"].as_array().unwrap().contains(&json!("<!--")));
+        assert_eq!(data["header"][3][1], "oom:mark_victim by <!-- (pid 9)");
+        let start = page.find("id=\"data\">").unwrap();
+        let body = &page[start + 10..];
+        assert!(!body[..body.find("</script>").unwrap()].contains('<'));
+    }
+
+    #[test]
+    fn a_title_holding_the_templates_placeholders_stays_literal() {
+        let (snap, names) = snap();
+        let ctx = PageContext {
+            title: "h-20261126T035002Z-000001-__DATA____JS____CSS____TITLE__<b>".into(),
+            ..PageContext::default()
+        };
+        let page = page(&snap, &names, &ctx);
+        let title = &page[page.find("<title>").unwrap()..page.find("</title>").unwrap()];
+        assert_eq!(
+            title,
+            "<title>flightrec: h-20261126T035002Z-000001-__DATA____JS____CSS____TITLE__&lt;b&gt;"
+        );
+        assert_eq!(page.matches(JS).count(), 1);
+        assert_eq!(page.matches(CSS).count(), 1);
+    }
+
+    #[test]
+    fn placeholders_are_filled_in_one_pass() {
+        assert_eq!(
+            fill_template("<a>__A__</a>__B__", &[("__A__", "__B__"), ("__B__", "x")]),
+            "<a>__B__</a>x"
+        );
     }
 
     #[test]
