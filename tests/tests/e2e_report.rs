@@ -687,6 +687,7 @@ const WORK_PROBE: &str = r##"<script>
   } catch (e) { out.error = String((e && e.stack) || e); }
   const pre = document.createElement("pre");
   pre.id = "probe";
+  pre.style.whiteSpace = "pre-wrap";
   pre.textContent = JSON.stringify(out).replace(/</g, "\\u003c").replace(/>/g, "\\u003e").replace(/&/g, "\\u0026");
   document.body.appendChild(pre);
 })();

@@ -182,9 +182,10 @@
       }
       return { kind: "samples", id: e.id, name: e.name, weights, total, idle };
     });
-    // A switch inside the range is a witness that the thread ran there
-    // (its first slice on a CPU starts before the window).
-    let last = lower(off.start, off.n, b);
+    // A switch inside the range is a witness that the thread ran there,
+    // even without a slice (a thread running when the window starts has
+    // no slice until its first switch is seen).
+    const last = lower(off.start, off.n, b);
     for (let i = 0; i < last; i++) {
       if ((off.start[i] > a) || (off.end[i] < b && off.end[i] < SPAN && off.end[i] > a)) ran[off.thread[i]] = 1;
     }
