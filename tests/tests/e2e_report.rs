@@ -1,14 +1,18 @@
 //! End to end: `snapctl report` and `snapctl export` on a snapshot of a C
 //! program whose functions are known, one thread spinning in `burn_cpu`,
 //! one sleeping in `wait_io` on a pipe; checked against `perf report`,
-//! `perf script`, `go tool pprof`, samply and headless Chromium. The
+//! `perf script`, `go tool pprof`, samply and headless Chromium, where a
+//! script drives the page as a reader would (the idle toggle, a range
+//! dragged on the timeline, a thread picked, the top-functions table
+//! sorted) and its figures are checked against `perf script`'s. The
 //! program is deleted once it runs, so its symbols come from an archive's
-//! build-id cache only.
+//! build-id cache only. A second test names a thread `<!--` and labels
+//! its snapshot with the page template's placeholders.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use flightrec_tests::{Daemon, perf_script, require_root, test_config};
@@ -84,6 +88,13 @@ int main(void) {
     return 0;
 }
 "#;
+
+/// One test at a time: each records the whole machine, and the page test
+/// needs a CPU left idle (its snapshot must hold samples of the idle task).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run");
@@ -238,6 +249,7 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     if !have(TEST, "go", &["version"]) || !have(TEST, "chromium", &["--version"]) {
         return;
     }
+    let _alone = one_at_a_time();
     // cpu-clock first, with context switch records (samply profiles a
     // file's first event and computes off-CPU time from its switches);
     // sched_switch with call chains (the stacks threads sleep with).
@@ -279,8 +291,12 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     std::fs::remove_file(&exe).unwrap();
 
     // Dump until a snapshot holds enough of both threads: 300 samples of
-    // the burner and 5 switches of the waiter.
+    // the burner and 5 switches of the waiter; and samples of the idle
+    // task, which the page hides until asked (for 30 s at most outside CI:
+    // a machine busy with other work may never idle).
     let deadline = Instant::now() + Duration::from_secs(60);
+    let idle_deadline = Instant::now() + Duration::from_secs(30);
+    let ci = std::env::var("CI").as_deref() == Ok("true");
     let path = loop {
         std::thread::sleep(Duration::from_millis(1500));
         let v = d.json(&["dump"]);
@@ -294,11 +310,17 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
             .lines()
             .filter(|l| l.trim_start().starts_with("fr-waiter") && l.contains("sched_switch"))
             .count();
-        eprintln!("{TEST}: {burns} samples of fr-burner, {waits} switches of fr-waiter");
-        if burns >= 300 && waits >= 5 {
+        let idle = samples_of(&path).iter().filter(|s| s.pid == 0).count();
+        eprintln!(
+            "{TEST}: {burns} samples of fr-burner, {waits} switches of fr-waiter, {idle} of idle"
+        );
+        if burns >= 300 && waits >= 5 && (idle >= 1 || !ci && Instant::now() > idle_deadline) {
             break path;
         }
-        assert!(Instant::now() < deadline, "no snapshot with both threads");
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot with both threads and an idle moment (is the machine busy?)"
+        );
     };
     let id = flightrec_tests::snapshot_id(&path);
 
@@ -444,6 +466,7 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     let summary = snapctl_json(&d, &["report", &id, "--symfs", &symfs], &page);
     assert_eq!(summary["path"], page.to_str().unwrap());
     check_page_in_chromium(&page, work.path());
+    check_page_at_work(&page, work.path(), &path);
 
     // The same snapshot compressed (PERF_RECORD_COMPRESSED) exports the same.
     let compressed = d.json(&["compress", &id]);
@@ -494,16 +517,21 @@ fn url_prefix(page: &Path) -> String {
     format!("file://{}", page.display())
 }
 
-fn check_page_in_chromium(page: &Path, work: &Path) {
+/// The DOM of `page` once its script ran in Chromium (with `netlog`, when
+/// given, recording every request), which must have printed nothing to
+/// the console and shown no error.
+fn dom_in_chromium(page: &Path, profile: &Path, netlog: Option<&Path>) -> String {
     let url = format!("file://{}", page.display());
-    let netlog = work.join("netlog.json");
-    let out = chromium(&work.join("chromium-dom"))
-        .arg(format!("--log-net-log={}", netlog.display()))
+    let mut cmd = chromium(profile);
+    if let Some(netlog) = netlog {
+        cmd.arg(format!("--log-net-log={}", netlog.display()));
+    }
+    let out = cmd
         .arg("--dump-dom")
         .arg(&url)
         .output()
         .expect("run chromium");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "chromium failed: {log}");
     let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
@@ -516,10 +544,25 @@ fn check_page_in_chromium(page: &Path, work: &Path) {
         dom.contains("<pre id=\"errors\"></pre>"),
         "errors on the page"
     );
+    dom
+}
+
+/// The text of the element `id` of a dumped DOM, up to its first `end`.
+fn element<'a>(dom: &'a str, id: &str, end: &str) -> &'a str {
+    let start = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in the page"));
+    let rest = &dom[start..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+fn check_page_in_chromium(page: &Path, work: &Path) {
+    let netlog = work.join("netlog.json");
+    let dom = dom_in_chromium(page, &work.join("chromium-dom"), Some(&netlog));
     // The page requested nothing but its own file. (Chromium itself calls
     // Google's update, time and account services whatever the flags; its
     // CSP would also have turned a request of the page into a console
-    // error, checked above.)
+    // error, which `dom_in_chromium` checks.)
     let net = std::fs::read_to_string(&netlog).expect("chromium's net log");
     let chromiums_own = [
         "google.com/",
@@ -535,26 +578,20 @@ fn check_page_in_chromium(page: &Path, work: &Path) {
         .filter(|url| !chromiums_own.iter().any(|h| url.contains(h)))
         .collect();
     assert!(requests.is_empty(), "the page made requests: {requests:?}");
-    let section = |id: &str| -> String {
-        let start = dom
-            .find(&format!("id=\"{id}\""))
-            .unwrap_or_else(|| panic!("no #{id} in the page"));
-        let rest = &dom[start..];
-        rest[..rest.find("</svg>").unwrap_or(rest.len())].to_string()
-    };
-    assert!(section("flame-on-cpu-clock").contains("<title>burn_cpu ("));
-    assert!(section("flame-off-cpu").contains("<title>wait_io ("));
-    let threads = &dom[dom
-        .find("id=\"timeline-threads\"")
-        .expect("timeline legend")..];
-    let threads = &threads[..threads.find("</ul>").unwrap()];
+    assert!(element(&dom, "flame-on-cpu-clock", "</svg>").contains("<title>burn_cpu ("));
+    assert!(element(&dom, "flame-off-cpu", "</svg>").contains("<title>wait_io ("));
+    let threads = element(&dom, "timeline-threads", "</ul>");
     assert!(threads.contains("data-thread=\"fr-burner\""), "{threads}");
+    screenshot(page, &work.join("chromium-shot"), "report.png");
+}
 
-    let shot = artifacts_dir().join("report.png");
+/// A screenshot of `page` as an artifact of the test run, named `name`.
+fn screenshot(page: &Path, profile: &Path, name: &str) {
+    let shot = artifacts_dir().join(name);
     let _ = std::fs::remove_file(&shot);
-    let out = chromium(&work.join("chromium-shot"))
+    let out = chromium(profile)
         .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
+        .arg(format!("file://{}", page.display()))
         .output()
         .expect("run chromium");
     assert!(
@@ -568,4 +605,336 @@ fn check_page_in_chromium(page: &Path, work: &Path) {
         "{} bytes",
         png.len()
     );
+    eprintln!("screenshot: {}", shot.display());
+}
+
+/// A sample as `perf script` prints it.
+struct ScriptSample {
+    pid: i32,
+    tid: i32,
+    /// CLOCK_MONOTONIC ns, the snapshot's sample clock.
+    time: u64,
+}
+
+/// The cpu-clock samples of a snapshot, from `perf script`.
+fn samples_of(snapshot: &Path) -> Vec<ScriptSample> {
+    perf_script(snapshot, &["--ns", "-F", "pid,tid,time,event"])
+        .lines()
+        .filter(|l| l.trim_end().ends_with("cpu-clock:"))
+        .map(|l| {
+            // `  PID/TID  SECS.NANOS:  cpu-clock:`
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (pid, tid) = f[0].split_once('/').expect("pid/tid");
+            let (secs, ns) = f[1].trim_end_matches(':').split_once('.').expect("time");
+            ScriptSample {
+                pid: pid.parse().unwrap(),
+                tid: tid.parse().unwrap(),
+                time: secs.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Appended to a copy of the page: works it as a reader would, through
+/// the DOM and mouse events (turns idle on and off, drags a range on the
+/// timeline's time axis, picks THREAD in the picker, sorts the
+/// top-functions table by self, twice, then by name) and writes what the
+/// page showed at each step into `<pre id="probe">` as JSON.
+const WORK_PROBE: &str = r##"<script>
+(async function () {
+  const out = {};
+  const $ = (id) => document.getElementById(id);
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const updates = () => Number(document.body.getAttribute("data-updates") || 0);
+  const settled = async (before) => { for (let i = 0; i < 200 && updates() === before; i++) await sleep(20); };
+  const flame = (id) => $("flame-" + id);
+  const total = (id) => Number(flame(id).getAttribute("data-total"));
+  const level = (id, k) => [...flame(id).querySelectorAll("rect:not(.cut)")].filter((r) => Number(r.getAttribute("y")) === 16 * k)
+    .map((r) => r.parentNode.querySelector("title").textContent.replace(/ \([^(]*\)$/, ""));
+  const view = () => ({ range: $("flames").getAttribute("data-range").split(" ").map(Number), on: total("on-cpu-clock"), idle_hidden: Number(flame("on-cpu-clock").getAttribute("data-idle-hidden")), off: total("off-cpu"), level1: level("on-cpu-clock", 1) });
+  try {
+    out.origin = JSON.parse($("data").textContent).origin_ns;
+    out.span = JSON.parse($("data").textContent).span;
+    out.ready_ms = Number(document.body.getAttribute("data-ready-ms"));
+    out.idle_checked = $("show-idle").checked;
+    out.whole = view();
+    let u = updates(); $("show-idle").click(); await settled(u);
+    out.with_idle = view();
+    u = updates(); $("show-idle").click(); await settled(u);
+    // Drag on the time axis from 30% to 60% of the window.
+    const c = $("timeline"), r = c.getBoundingClientRect(), LABEL = 150, w = c.width - LABEL;
+    const at = (type, x) => c.dispatchEvent(new MouseEvent(type, { bubbles: true, clientX: r.left + 1 + x, clientY: r.top + 1 + 8, buttons: 1 }));
+    u = updates();
+    at("mousedown", LABEL + 0.3 * w); at("mousemove", LABEL + 0.45 * w); at("mousemove", LABEL + 0.6 * w); at("mouseup", LABEL + 0.6 * w);
+    await settled(u);
+    out.selected = view();
+    const sel = $("thread-pick");
+    sel.dispatchEvent(new MouseEvent("mousedown"));
+    const opt = [...sel.options].find((o) => o.value.startsWith("t:") && o.textContent.trim().startsWith(THREAD + " (tid"));
+    u = updates(); sel.value = opt.value; sel.dispatchEvent(new Event("change")); await settled(u);
+    out.picked = Object.assign(view(), { tid: Number(opt.value.slice(2)) });
+    document.querySelector('#tabs button[data-tab="functions"]').click();
+    const col = (key) => {
+      const ths = [...document.querySelectorAll("#top-functions th")], i = ths.findIndex((th) => th.dataset.key === key);
+      return [...document.querySelectorAll("#top-functions tbody tr")].filter((tr) => tr.children.length === ths.length).map((tr) => tr.children[i].getAttribute("data-value"));
+    };
+    const sortOf = (key) => document.querySelector('#top-functions th[data-key="' + key + '"]').getAttribute("aria-sort");
+    const f = out.functions = { self_sort: sortOf("self"), self: col("self").map(Number), names: col("name") };
+    document.querySelector('#top-functions th[data-key="self"]').click();
+    f.self_sort_after = sortOf("self"); f.self_after = col("self").map(Number);
+    document.querySelector('#top-functions th[data-key="name"]').click();
+    f.name_sort = sortOf("name"); f.names_sorted = col("name");
+  } catch (e) { out.error = String((e && e.stack) || e); }
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.style.whiteSpace = "pre-wrap";
+  pre.textContent = JSON.stringify(out).replace(/</g, "\\u003c").replace(/>/g, "\\u003e").replace(/&/g, "\\u0026");
+  document.body.appendChild(pre);
+})();
+</script>"##;
+
+/// The page as a place to work in: idle hidden until asked, the flame
+/// graphs following a range dragged on the timeline, a thread picked, the
+/// top-functions table sorted; each figure the page shows checked against
+/// the samples `perf script` reads from the snapshot.
+fn check_page_at_work(page: &Path, work: &Path, snapshot: &Path) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let probed = work.join("probed.html");
+    let probe = WORK_PROBE.replace("THREAD", "\"fr-burner\"");
+    std::fs::write(
+        &probed,
+        html.replacen("</body>", &format!("{probe}</body>"), 1),
+    )
+    .unwrap();
+    let dom = dom_in_chromium(&probed, &work.join("chromium-probe"), None);
+    let text = element(&dom, "probe", "</pre>");
+    let probe: serde_json::Value = serde_json::from_str(&text[text.find('>').unwrap() + 1..])
+        .unwrap_or_else(|e| panic!("the probe's result {text}: {e}"));
+    assert!(probe.get("error").is_none(), "{probe:#}");
+    let samples = samples_of(snapshot);
+    let origin = probe["origin"].as_u64().unwrap();
+    let count =
+        |keep: &dyn Fn(&ScriptSample) -> bool| samples.iter().filter(|s| keep(s)).count() as u64;
+    let on = |step: &str| probe[step]["on"].as_u64().unwrap();
+    let off = |step: &str| probe[step]["off"].as_u64().unwrap();
+    let ready_ms = probe["ready_ms"].as_u64().unwrap();
+    eprintln!("page at work: ready {ready_ms} ms after navigation; {probe}");
+    assert!(ready_ms < 2000, "the page took {ready_ms} ms to be ready");
+
+    // Idle hidden by default: no swapper frame, the on-CPU graph's total
+    // is every sample but the idle task's, and its heading counts those;
+    // shown on request.
+    // (The idle task is `swapper/CPU` under the root.)
+    let swapper = |step: &str| {
+        probe[step]["level1"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|name| name.as_str().unwrap().starts_with("swapper"))
+    };
+    let idle = count(&|s| s.pid == 0);
+    if idle == 0 {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no sample of the idle task"
+        );
+        eprintln!("SKIPPED the idle toggle's figures: the machine never idled in the window");
+    }
+    assert_eq!(probe["idle_checked"], false);
+    assert!(!swapper("whole"), "{probe:#}");
+    assert_eq!(on("whole"), count(&|s| s.pid != 0), "{probe:#}");
+    assert_eq!(probe["whole"]["idle_hidden"], idle, "{probe:#}");
+    assert_eq!(on("with_idle"), samples.len() as u64, "{probe:#}");
+    assert_eq!(probe["with_idle"]["idle_hidden"], 0, "{probe:#}");
+    // (A frame narrower than a pixel is not drawn.)
+    if idle as f64 / samples.len() as f64 > 0.01 {
+        assert!(swapper("with_idle"), "{probe:#}");
+    }
+
+    // A range dragged on the timeline: the flame graphs follow it, to the
+    // sample.
+    let range = &probe["selected"]["range"];
+    let (a, b) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
+    let span = probe["span"].as_u64().unwrap();
+    assert!(
+        a > span / 4 && b < span * 2 / 3 && a < b,
+        "range {a}..{b} of {span}"
+    );
+    let in_range = |s: &ScriptSample| s.time >= origin + a && s.time < origin + b;
+    let expected = count(&|s| s.pid != 0 && in_range(s));
+    assert_eq!(on("selected"), expected, "{probe:#}");
+    assert!(expected > 0 && expected < on("whole"), "{probe:#}");
+    assert!(off("selected") < off("whole"), "{probe:#}");
+
+    // A thread picked: its samples in the range, alone under the root.
+    let tid = probe["picked"]["tid"].as_i64().unwrap() as i32;
+    assert_eq!(probe["picked"]["level1"], serde_json::json!(["fr-burner"]));
+    let burner = count(&|s| s.tid == tid && in_range(s));
+    assert_eq!(on("picked"), burner, "{probe:#}");
+    assert!(burner > 0);
+
+    // The top-functions table of that thread, sorted by self (heaviest
+    // first: burn_cpu), then lightest first, then by name.
+    let f = &probe["functions"];
+    let numbers = |key: &str| -> Vec<u64> {
+        f[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
+    };
+    let desc = numbers("self");
+    assert_eq!(f["self_sort"], "descending");
+    assert!(
+        desc.len() > 1 && desc.windows(2).all(|w| w[0] >= w[1]),
+        "{f:#}"
+    );
+    assert_eq!(f["names"][0], "burn_cpu", "{f:#}");
+    let asc = numbers("self_after");
+    assert_eq!(f["self_sort_after"], "ascending");
+    assert!(
+        asc.windows(2).all(|w| w[0] <= w[1]) && asc[0] < desc[0],
+        "{f:#}"
+    );
+    let names: Vec<&str> = f["names_sorted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(f["name_sort"], "ascending");
+    assert!(
+        names.len() > 1 && names.windows(2).all(|w| w[0] <= w[1]),
+        "{names:?}"
+    );
+
+    // The page as the probe left it: a range, a thread, its functions.
+    screenshot(
+        &probed,
+        &work.join("chromium-probe-shot"),
+        "report-at-work.png",
+    );
+}
+
+/// A process that names itself `<!--` (any user can, with
+/// `prctl(PR_SET_NAME)`), prints `named`, then works 2 ms in every 5 (so
+/// a CPU stays partly idle).
+const COMMENT_NAMED_C: &str = r#"
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+static unsigned long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + t.tv_nsec;
+}
+
+int main(void) {
+    if (prctl(PR_SET_NAME, "<!--", 0, 0, 0) != 0) return 1;
+    printf("named\n");
+    fflush(stdout);
+    for (;;) {
+        unsigned long long end = now_ns() + 2000000ull;
+        while (now_ns() < end) sink++;
+        usleep(3000);
+    }
+}
+"#;
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_thread_named_like_an_html_comment_and_a_label_like_the_templates_placeholders_show_as_they_are()
+ {
+    const TEST: &str = "a_thread_named_like_an_html_comment";
+    require_root(TEST);
+    if !have(TEST, "chromium", &["--version"]) {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n");
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("named.c");
+    let exe = work.path().join("fr-named");
+    std::fs::write(&src, COMMENT_NAMED_C).unwrap();
+    run(Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src));
+    let mut child = Command::new(&exe)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the program");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "named\n", "the program did not rename itself");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+
+    // Dump, labelled like the template's placeholders, until a snapshot
+    // holds 20 samples of the renamed process.
+    let label = "__DATA____JS____CSS____TITLE__";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (id, path) = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let v = d.json(&["dump", "--label", label]);
+        let path = PathBuf::from(v["path"].as_str().unwrap());
+        let named = perf_script(&path, &["-F", "comm,event"])
+            .lines()
+            .filter(|l| l.trim_start().starts_with("<!-- ") && l.contains("cpu-clock"))
+            .count();
+        eprintln!("{TEST}: {named} samples of <!--");
+        if named >= 20 {
+            break (v["id"].as_str().unwrap().to_string(), path);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot with samples of <!--"
+        );
+    };
+    assert!(id.ends_with(label), "{id}");
+
+    let page = work.path().join("report.html");
+    let summary = snapctl_json(&d, &["report", path.to_str().unwrap()], &page);
+    assert_eq!(summary["path"], page.to_str().unwrap());
+    let html = std::fs::read_to_string(&page).unwrap();
+    // The label stays a literal title: not the script, styles or data.
+    let title = &html[html.find("<title>").unwrap()..html.find("</title>").unwrap()];
+    assert_eq!(title, format!("<title>flightrec: {id}"));
+
+    // The page loads (no console message: its data is valid JSON) and
+    // shows the thread by its name: in the on-CPU flame graph and the
+    // thread picker.
+    let dom = dom_in_chromium(&page, &work.path().join("chromium-dom"), None);
+    let flame = element(&dom, "flame-on-cpu-clock", "</svg>");
+    assert!(
+        flame.contains("<title>&lt;!-- ("),
+        "{}",
+        &flame[..flame.len().min(3000)]
+    );
+    let h1 = element(&dom, "title", "</h1>");
+    assert!(h1.ends_with(&format!(">flightrec snapshot {id}")), "{h1}");
+    // The picker fills itself when first used: as a click on it would.
+    let opened = work.path().join("opened.html");
+    let open_picker = "<script>document.getElementById(\"thread-pick\").dispatchEvent(new MouseEvent(\"mousedown\"));</script>";
+    std::fs::write(
+        &opened,
+        html.replacen("</body>", &format!("{open_picker}</body>"), 1),
+    )
+    .unwrap();
+    let dom = dom_in_chromium(&opened, &work.path().join("chromium-picker"), None);
+    let picker = element(&dom, "thread-pick", "</select>");
+    assert!(picker.contains("&lt;!-- (tid"), "{picker}");
 }
