@@ -290,6 +290,18 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             last_upload_unix_ns: f.last_upload_unix_ns,
             bucket: f.bucket,
         }),
+        cgroups: Some(pb::CgroupStatus {
+            recorded: r.cgroups.hierarchy.is_some(),
+            hierarchy: r
+                .cgroups
+                .hierarchy
+                .as_ref()
+                .map(|h| h.display().to_string())
+                .unwrap_or_default(),
+            known: r.cgroups.known,
+            dropped: r.cgroups.dropped,
+            reason: r.cgroups.reason.clone().unwrap_or_default(),
+        }),
         history: s.history.map(|h| pb::HistoryStatus {
             dir: h.status.dir.display().to_string(),
             bytes: h.status.bytes,
