@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod containers;
 pub mod fleet;
 pub mod layers;
 mod nats;
