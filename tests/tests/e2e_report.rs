@@ -172,17 +172,37 @@ impl Drop for Program {
 
 /// First and last sample time of a snapshot (CLOCK_MONOTONIC ns).
 fn sample_range(snapshot: &Path) -> (u64, u64) {
-    let times: Vec<u64> = perf_script(snapshot, &["--ns", "-F", "time"])
-        .lines()
-        .filter_map(|l| {
-            let (s, ns) = l.trim().trim_end_matches(':').split_once('.')?;
-            Some(s.parse::<u64>().ok()? * 1_000_000_000 + ns.parse::<u64>().ok()?)
-        })
-        .collect();
+    let spans = cpu_spans(snapshot);
     (
-        *times.iter().min().expect("samples"),
-        *times.iter().max().expect("samples"),
+        spans.values().map(|s| s.0).min().expect("samples"),
+        spans.values().map(|s| s.1).max().expect("samples"),
     )
+}
+
+/// The oldest and newest sample time of each CPU of a snapshot: each
+/// CPU's ring reaches back to its own instant.
+fn cpu_spans(snapshot: &Path) -> std::collections::BTreeMap<u32, (u64, u64)> {
+    let mut spans = std::collections::BTreeMap::new();
+    for l in perf_script(snapshot, &["--ns", "-F", "cpu,time"]).lines() {
+        let Some((cpu, time)) = l.trim().strip_prefix('[').and_then(|r| r.split_once(']')) else {
+            continue;
+        };
+        let Some((s, ns)) = time.trim().trim_end_matches(':').split_once('.') else {
+            continue;
+        };
+        let (Ok(cpu), Ok(s), Ok(ns)) = (
+            cpu.trim().parse::<u32>(),
+            s.parse::<u64>(),
+            ns.parse::<u64>(),
+        ) else {
+            continue;
+        };
+        let t = s * 1_000_000_000 + ns;
+        let e = spans.entry(cpu).or_insert((t, t));
+        e.0 = e.0.min(t);
+        e.1 = e.1.max(t);
+    }
+    spans
 }
 
 /// `perf report --no-children --sort sym` samples of `sym` for `event`.
@@ -403,25 +423,35 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
         (pprof_burns - perf_burns).abs() <= (perf_burns * 0.01).max(1.0),
         "burn_cpu: pprof {pprof_burns} vs perf report {perf_burns}"
     );
+    // Each CPU's ring reaches back to its own instant: a wait whose
+    // switch-out is on a CPU whose ring no longer holds it is not seen.
+    // So the waits the snapshot must show are those after every CPU's
+    // oldest record, and those it can show those after any CPU's, up to
+    // the window's end (a thread still asleep then counts until then).
+    let spans = cpu_spans(&path);
+    let all_hold = spans.values().map(|s| s.0).max().expect("samples");
     let (first, last) = sample_range(&path);
-    // The waits whose start the window saw, up to the window's end (a
-    // thread still asleep at the end is counted until then).
-    let slept_ms: f64 = program
-        .waits
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(start, _)| *start >= first && *start < last)
-        .map(|(start, end)| (end.min(&last) - start) as f64 / 1e6)
-        .sum();
+    let slept_since = |from: u64| -> f64 {
+        program
+            .waits
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(start, _)| *start >= from && *start < last)
+            .map(|(start, end)| (end.min(&last) - start) as f64 / 1e6)
+            .sum()
+    };
+    let (surely, at_most) = (slept_since(all_hold), slept_since(first));
+    let slept_ms = surely;
     let wait_ms = pprof_value(&profile, "off_cpu", "wait_io", true);
     eprintln!(
-        "{TEST}: wait_io: slept {slept_ms:.1} ms in the window, pprof off_cpu {wait_ms:.1} ms"
+        "{TEST}: wait_io: slept {surely:.1} ms after every CPU's oldest record, \
+         {at_most:.1} ms after any's; pprof off_cpu {wait_ms:.1} ms"
     );
-    assert!(slept_ms > 300.0, "the window holds {slept_ms} ms of waits");
+    assert!(surely > 300.0, "the window holds {surely} ms of waits");
     assert!(
-        (wait_ms - slept_ms).abs() <= slept_ms * 0.05 + 20.0,
-        "wait_io off-CPU {wait_ms} ms vs {slept_ms} ms slept"
+        wait_ms >= surely * 0.95 - 20.0 && wait_ms <= at_most * 1.05 + 20.0,
+        "wait_io off-CPU {wait_ms} ms, not within {surely}..{at_most} ms slept"
     );
 
     // samply: the waiter, hardly ever on CPU, has its waits as off-CPU
