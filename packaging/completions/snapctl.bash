@@ -270,7 +270,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__dump)
-            opts="-h --label --compress --at --before --after --socket --config --json --timeout --help"
+            opts="-h --label --compress --at --before --after --cgroup --container --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -289,6 +289,14 @@ _snapctl() {
                     return 0
                     ;;
                 --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --container)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -312,7 +320,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --by --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -332,6 +340,10 @@ _snapctl() {
                     ;;
                 --event)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --by)
+                    COMPREPLY=($(compgen -W "thread container" -- "${cur}"))
                     return 0
                     ;;
                 --symfs)
@@ -416,7 +428,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__dump)
-            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --config --json --timeout --help"
+            opts="-h --label --select --compress --wait --expect --host --at --before --after --cgroup --container --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -451,6 +463,14 @@ _snapctl() {
                     return 0
                     ;;
                 --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --container)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -4,9 +4,11 @@
 //! the scheduler's slices per CPU (the timeline), every sample and
 //! off-CPU interval with its time, thread and stack (so the flame graphs,
 //! the top-functions table, the bottom-up view and the thread tables
-//! follow whatever range and thread the reader picks), and the stacks as
-//! one prefix tree of named frames. The script (`page/page.js`) does the
-//! rest in the browser.
+//! follow whatever range, thread and container the reader picks), and the
+//! stacks as one prefix tree of named frames. A page thread is a thread in
+//! one container: a thread whose samples fall in two (moved into a cgroup
+//! while it ran) is two page threads, so every sample's container is its
+//! thread's. The script (`page/page.js`) does the rest in the browser.
 //!
 //! Every string of the snapshot (a thread's name, a trigger's text, a
 //! label) reaches the page through one of two escapes: the JSON in a
@@ -21,7 +23,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::model::{FrameKey, Snapshot, StackId};
+use crate::cgroups::{HOST, container_name, thread_containers};
+use crate::model::{CgroupIndex, ContainerIndex, FrameKey, Snapshot, StackId, ThreadId};
 use crate::symbols::{Names, Unresolved};
 
 const TEMPLATE: &str = include_str!("page/page.html");
@@ -39,6 +42,9 @@ pub struct PageContext {
     pub matched: Option<String>,
     /// When its rings were frozen, ns since the Unix epoch.
     pub trigger_unix_ns: Option<i64>,
+    /// What a scoped dump held (`container:web`, `cgroup:/x`), when it was
+    /// scoped.
+    pub scope: Option<String>,
 }
 
 /// The page for `snap`.
@@ -225,8 +231,15 @@ struct PageData {
     /// When the rings were frozen, when the file can place it.
     trigger: Option<i64>,
     strings: Vec<String>,
-    /// `[name, pid, tid]`, indexed like the snapshot's threads.
-    threads: Vec<(u32, i32, i32)>,
+    /// `[name, pid, tid, container]` (container -1: none, the host): the
+    /// snapshot's threads, each in the container most of its samples are
+    /// in, then a thread again for each other container some of its
+    /// samples or off-CPU intervals are in.
+    threads: Vec<(u32, i32, i32, i64)>,
+    /// The containers threads point at.
+    containers: Vec<PageContainer>,
+    /// What the page calls what is in no container.
+    host: &'static str,
     cpus: Vec<u32>,
     /// Per CPU, `[start - the previous slice's end, duration, thread]`
     /// each (signed: slices the kernel reported overlapping stay exact).
@@ -238,6 +251,50 @@ struct PageData {
     stack_frame: Vec<u32>,
     events: Vec<SampledEvent>,
     off_cpu: OffCpuData,
+}
+
+#[derive(Serialize)]
+struct PageContainer {
+    name: String,
+    /// Runtime, id, pod and cgroup, in words.
+    detail: String,
+}
+
+/// The page's threads: each snapshot thread in its main container at its
+/// own index, then (thread, other container) pairs as they are met.
+struct PageThreads {
+    main: Vec<Option<ContainerIndex>>,
+    others: HashMap<(ThreadId, Option<ContainerIndex>), u64>,
+    list: Vec<(ThreadId, Option<ContainerIndex>)>,
+}
+
+impl PageThreads {
+    fn new(snap: &Snapshot) -> Self {
+        let main = thread_containers(snap);
+        let list = main
+            .iter()
+            .enumerate()
+            .map(|(t, c)| (t as ThreadId, *c))
+            .collect();
+        PageThreads {
+            main,
+            others: HashMap::new(),
+            list,
+        }
+    }
+
+    /// The page thread of `thread` in the container of `cgroup`.
+    fn of(&mut self, snap: &Snapshot, thread: ThreadId, cgroup: Option<CgroupIndex>) -> u64 {
+        let container = snap.container_of(cgroup);
+        if self.main.get(thread as usize) == Some(&container) {
+            return u64::from(thread);
+        }
+        let next = self.list.len() as u64;
+        *self.others.entry((thread, container)).or_insert_with(|| {
+            self.list.push((thread, container));
+            next
+        })
+    }
 }
 
 #[derive(Serialize)]
@@ -265,11 +322,7 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
     let origin = snap.first_ns;
     let rel = |t: u64| t.saturating_sub(origin);
 
-    let threads = snap
-        .threads
-        .iter()
-        .map(|t| (strings.get(&t.comm), t.pid, t.tid))
-        .collect();
+    let mut page_threads = PageThreads::new(snap);
 
     let mut lanes: BTreeMap<u32, Vec<i64>> =
         snap.coverage.keys().map(|cpu| (*cpu, Vec::new())).collect();
@@ -298,7 +351,7 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
             let t = rel(s.time);
             samples.extend([
                 t.saturating_sub(prev),
-                u64::from(s.thread),
+                page_threads.of(snap, s.thread, s.cgroup),
                 u64::from(tree.node(s.stack, &mut strings)),
             ]);
             prev = t;
@@ -319,7 +372,7 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
         intervals.extend([
             start.saturating_sub(prev),
             o.duration(),
-            u64::from(o.thread),
+            page_threads.of(snap, o.thread, o.cgroup),
             u64::from(tree.node(o.stack, &mut strings)),
             u64::from(o.sleeping),
         ]);
@@ -344,6 +397,23 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
         let t = i128::from(at) - i128::from(wall) + i128::from(clock) - i128::from(origin);
         i64::try_from(t).ok()
     });
+    let threads = page_threads
+        .list
+        .iter()
+        .map(|(t, c)| {
+            let t = &snap.threads[*t as usize];
+            let container = c.map_or(-1, i64::from);
+            (strings.get(&t.comm), t.pid, t.tid, container)
+        })
+        .collect();
+    let containers = snap
+        .containers
+        .iter()
+        .map(|c| PageContainer {
+            name: c.display_name(),
+            detail: container_detail(c),
+        })
+        .collect();
     PageData {
         title: format!("flightrec snapshot {}", ctx.title),
         header: header(snap, ctx),
@@ -352,6 +422,8 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
         span: snap.last_ns.saturating_sub(origin),
         trigger,
         threads,
+        containers,
+        host: HOST,
         cpus: lanes.keys().copied().collect(),
         lanes: lanes.into_values().collect(),
         events,
@@ -365,6 +437,56 @@ fn page_data(snap: &Snapshot, names: &Names, ctx: &PageContext) -> PageData {
         stack_frame: tree.frame,
         strings: strings.table,
     }
+}
+
+/// A container in words: runtime and id, pod, cgroup.
+fn container_detail(c: &crate::model::Container) -> String {
+    let mut parts = vec![if c.runtime == "systemd" {
+        "systemd unit".to_string()
+    } else {
+        format!("{} {}", c.runtime, &c.id[..c.id.len().min(12)])
+    }];
+    match (c.pod.as_str(), c.namespace.as_str(), c.pod_uid.as_str()) {
+        ("", _, "") => {}
+        ("", _, uid) => parts.push(format!("pod {uid}")),
+        (pod, "", _) => parts.push(format!("pod {pod}")),
+        (pod, ns, _) => parts.push(format!("pod {ns}/{pod}")),
+    }
+    parts.push(format!("cgroup {}", c.cgroup));
+    parts.join(", ")
+}
+
+/// The header's containers row: each container with its samples (of
+/// every sampled event), busiest first, then the host's; `None` when the
+/// snapshot recorded no cgroup.
+fn containers_row(snap: &Snapshot) -> Option<String> {
+    if snap.cgroups.is_empty() {
+        return None;
+    }
+    let mut counts: HashMap<Option<ContainerIndex>, u64> = HashMap::new();
+    for s in &snap.samples {
+        *counts.entry(snap.container_of(s.cgroup)).or_default() += 1;
+    }
+    let mut held: Vec<(Option<ContainerIndex>, u64)> = (0..snap.containers.len())
+        .map(|c| {
+            let c = Some(c as ContainerIndex);
+            (c, counts.get(&c).copied().unwrap_or(0))
+        })
+        .collect();
+    held.sort_by_key(|(c, n)| (std::cmp::Reverse(*n), *c));
+    held.push((None, counts.get(&None).copied().unwrap_or(0)));
+    let text: Vec<String> = held
+        .iter()
+        .map(|(c, n)| {
+            let plural = if *n == 1 { "" } else { "s" };
+            format!("{} ({n} sample{plural})", container_name(snap, *c))
+        })
+        .collect();
+    Some(if snap.containers.is_empty() {
+        format!("none: every sample is the host's ({})", held[0].1)
+    } else {
+        text.join(", ")
+    })
 }
 
 fn rfc3339(unix_ns: u64) -> String {
@@ -392,6 +514,12 @@ fn header(snap: &Snapshot, ctx: &PageContext) -> Vec<Value> {
     ];
     if let Some(m) = &ctx.matched {
         rows.push(json!(["matched", m]));
+    }
+    if let Some(scope) = ctx.scope.as_deref().filter(|s| !s.is_empty()) {
+        rows.push(json!(["scope", scope]));
+    }
+    if let Some(row) = containers_row(snap) {
+        rows.push(json!(["containers", row]));
     }
     let span = snap.last_ns.saturating_sub(snap.first_ns);
     rows.push(json!([
@@ -467,6 +595,7 @@ mod tests {
             thread: 0,
             stack,
             period: 1,
+            cgroup: None,
         };
         let snap = Snapshot {
             host: "web1".into(),
@@ -516,6 +645,7 @@ mod tests {
                 end: 1000,
                 stack: 1,
                 sleeping: true,
+                cgroup: None,
             }],
             coverage: [(1, (100, 1000))].into_iter().collect(),
             first_ns: 100,
@@ -558,6 +688,7 @@ mod tests {
             trigger: Some("condition:oom".into()),
             matched: Some("condition:oom: oom:mark_victim by pid 9 (</script>, <!--)".into()),
             trigger_unix_ns: Some(1_000_000_000_200),
+            scope: None,
         }
     }
 
@@ -656,6 +787,68 @@ mod tests {
         assert_eq!(data["off_cpu"]["intervals"], json!([200, 700, 0, 2, 1]));
         assert_eq!(data["off_cpu"]["note"], "");
         assert_eq!(data["events"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_thread_in_two_containers_is_two_page_threads_and_the_header_counts_each() {
+        let (mut snap, names) = snap();
+        // The thread's first sample on the host, its second and its
+        // off-CPU interval in web.service: it is web.service's, and the
+        // first sample's page thread is a second one, the host's.
+        snap.cgroups = vec![
+            Cgroup {
+                id: 1,
+                path: Some("/".into()),
+                container: None,
+            },
+            Cgroup {
+                id: 120,
+                path: Some("/fr/web.service".into()),
+                container: None,
+            },
+        ];
+        crate::cgroups::name_containers(&mut snap, &[]);
+        snap.samples[0].cgroup = Some(0);
+        snap.samples[1].cgroup = Some(1);
+        snap.off_cpu[0].cgroup = Some(1);
+        let ctx = PageContext {
+            scope: Some("container:web.service".into()),
+            ..context()
+        };
+        let data = data_of(&page(&snap, &names, &ctx));
+        let name = data["threads"][0][0].as_u64().unwrap() as usize;
+        assert_eq!(
+            data["threads"],
+            json!([[name, 5, 5, 0], [name, 5, 5, -1]]),
+            "{data:#}"
+        );
+        assert_eq!(data["containers"][0]["name"], "web.service");
+        assert_eq!(
+            data["containers"][0]["detail"],
+            "systemd unit, cgroup /fr/web.service"
+        );
+        assert_eq!(data["host"], "[host]");
+        // Samples: the first of page thread 1 (the host's), the second of 0.
+        assert_eq!(data["events"][0]["samples"], json!([50, 1, 1, 100, 0, 2]));
+        assert_eq!(data["off_cpu"]["intervals"], json!([200, 700, 0, 2, 1]));
+        let rows: Vec<&Value> = data["header"].as_array().unwrap().iter().collect();
+        let row = |key: &str| rows.iter().find(|r| r[0] == key).map(|r| r[1].clone());
+        assert_eq!(row("scope"), Some(json!("container:web.service")));
+        assert_eq!(
+            row("containers"),
+            Some(json!("web.service (1 sample), [host] (1 sample)"))
+        );
+        // Without cgroups recorded: no such row.
+        let (snap, names) = self::snap();
+        let data = data_of(&page(&snap, &names, &context()));
+        assert!(
+            !data["header"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r[0] == "containers" || r[0] == "scope")
+        );
+        assert_eq!(data["threads"], json!([[name, 5, 5, -1]]));
     }
 
     #[test]

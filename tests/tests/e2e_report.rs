@@ -7,7 +7,11 @@
 //! sorted) and its figures are checked against `perf script`'s. The
 //! program is deleted once it runs, so its symbols come from an archive's
 //! build-id cache only. A second test names a thread `<!--` and labels
-//! its snapshot with the page template's placeholders.
+//! its snapshot with the page template's placeholders. A third runs a
+//! spinner in a cgroup of its own (`web.service`) beside one on the host
+//! and checks that the page's legend, container picker and header, the
+//! pprof labels and `collapsed --by container` name it, each with the
+//! samples `perf report --sort cgroup` counts in it.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -967,4 +971,471 @@ fn a_thread_named_like_an_html_comment_and_a_label_like_the_templates_placeholde
     let dom = dom_in_chromium(&opened, &work.path().join("chromium-picker"), None);
     let picker = element(&dom, "thread-pick", "</select>");
     assert!(picker.contains("&lt;!-- (tid"), "{picker}");
+}
+
+/// A program that moves itself into the cgroup whose `cgroup.procs` is
+/// its argument (if given), prints `ready`, then spins.
+const SPINNER_C: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+__attribute__((noinline)) void spin(void) {
+    for (;;)
+        for (unsigned long i = 0; i < 1000000; i++) sink += i * 3;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        FILE *procs = fopen(argv[1], "w");
+        if (!procs) return 2;
+        if (fprintf(procs, "%d\n", (int)getpid()) < 0 || fclose(procs) != 0) return 3;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    spin();
+    return 0;
+}
+"#;
+
+/// The root of the cgroup2 hierarchy: `/sys/fs/cgroup` on a unified
+/// host, `/sys/fs/cgroup/unified` beside v1 controllers (as flightrecd
+/// finds it).
+fn cgroup2_root() -> Option<PathBuf> {
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("cgroup.procs").exists() && p.join("cgroup.controllers").exists())
+}
+
+/// Cgroups made for a test, leaf last; their processes killed and the
+/// directories removed when dropped.
+struct TestCgroups {
+    dirs: Vec<PathBuf>,
+    children: Vec<std::process::Child>,
+}
+
+impl TestCgroups {
+    /// `root/parent/leaf`, made (and empty).
+    fn make(root: &Path, parent: &str, leaf: &str) -> Self {
+        let top = root.join(parent);
+        let dir = top.join(leaf);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot make cgroup {}: {e}", dir.display()));
+        TestCgroups {
+            dirs: vec![top, dir],
+            children: Vec::new(),
+        }
+    }
+
+    fn leaf(&self) -> &Path {
+        self.dirs.last().unwrap()
+    }
+
+    /// Runs `exe ARGS`, waits for its `ready` line and keeps it until
+    /// drop.
+    fn spawn(&mut self, exe: &Path, args: &[&Path]) {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the spinner");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n", "{} did not start", exe.display());
+        self.children.push(child);
+    }
+}
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // A reaped process has left its cgroup: the leaf is empty now
+        // (`populated 0`), then its parent.
+        for dir in self.dirs.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|e| e.contains("populated 1"))
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if let Err(e) = std::fs::remove_dir(dir)
+                && dir.exists()
+            {
+                eprintln!("cannot remove cgroup {}: {e}", dir.display());
+            }
+        }
+    }
+}
+
+/// `perf report --sort cgroup` of a snapshot: samples of `event` per
+/// cgroup path, as perf reads each sample's cgroup id and the file's
+/// CGROUP records.
+fn perf_cgroup_samples(snapshot: &Path, event: &str) -> Vec<(String, u64)> {
+    let text = run(Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "cgroup",
+            "-n",
+            "-g",
+            "none",
+            "-i",
+        ])
+        .arg(snapshot));
+    let mut current = String::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# Samples: ") {
+            current = rest.split('\'').nth(1).unwrap_or_default().to_string();
+        } else if current == event && !line.starts_with('#') && !line.trim().is_empty() {
+            // `    93.51%          2031  /fr-report-test-1/web.service`
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let [pct, n, path] = f[..]
+                && pct.ends_with('%')
+            {
+                out.push((path.to_string(), n.parse().unwrap()));
+            }
+        }
+    }
+    if out.is_empty() {
+        let _ = std::fs::copy(snapshot, artifacts_dir().join("no-cgroups.perf.data"));
+        panic!("no cgroups under {event}:\n{text}");
+    }
+    out
+}
+
+/// `go tool pprof -tags` of a profile's `samples`: per label key, the
+/// count of each value.
+fn pprof_tags(profile: &Path) -> std::collections::BTreeMap<String, Vec<(String, u64)>> {
+    let home = tempfile::tempdir().unwrap();
+    let text = run(Command::new("go")
+        .env("HOME", home.path())
+        .env("GOCACHE", home.path().join("cache"))
+        .env("GOTOOLCHAIN", "local")
+        .args(["tool", "pprof", "-tags", "-sample_index=samples"])
+        .arg(profile));
+    let mut tags = std::collections::BTreeMap::<String, Vec<(String, u64)>>::new();
+    let mut key = String::new();
+    for line in text.lines() {
+        // ` container: Total 2317.0`, then `  2031.0 (87.66%): web.service`.
+        let t = line.trim();
+        if let Some((k, _)) = t.split_once(": Total ") {
+            key = k.to_string();
+        } else if let Some((n, rest)) = t.split_once(" (")
+            && let Some((_, value)) = rest.split_once("): ")
+            && let Ok(n) = n.parse::<f64>()
+        {
+            tags.entry(key.clone())
+                .or_default()
+                .push((value.to_string(), n.round() as u64));
+        }
+    }
+    assert!(!tags.is_empty(), "no tags in:\n{text}");
+    tags
+}
+
+/// Appended to a copy of the page: reads the legend's groups, then picks
+/// CONTAINER in the container picker as a reader would and writes what
+/// the flame graphs and the thread table showed into `<pre id="probe">`.
+const CONTAINER_PROBE: &str = r##"<script>
+(async function () {
+  const out = {};
+  const $ = (id) => document.getElementById(id);
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const updates = () => Number(document.body.getAttribute("data-updates") || 0);
+  const settled = async (before) => { for (let i = 0; i < 200 && updates() === before; i++) await sleep(20); };
+  const flame = (id) => $("flame-" + id);
+  const level = (id, k) => [...flame(id).querySelectorAll("rect:not(.cut)")].filter((r) => Number(r.getAttribute("y")) === 16 * k)
+    .map((r) => r.parentNode.querySelector("title").textContent.replace(/ \([^(]*\)$/, ""));
+  try {
+    out.ready_ms = Number(document.body.getAttribute("data-ready-ms"));
+    out.picker_hidden = $("container-box").hidden;
+    out.options = [...$("container-pick").options].map((o) => o.textContent);
+    // The legend, in order: a group's name, then its threads.
+    out.legend = [...$("timeline-threads").children].filter((li) => !li.classList.contains("break")).map((li) => li.classList.contains("ctr") ? "group " + li.dataset.container : li.dataset.thread + " in " + li.dataset.container);
+    out.all_on = Number(flame("on-cpu-clock").getAttribute("data-total"));
+    const sel = $("container-pick");
+    const opt = [...sel.options].find((o) => o.textContent.startsWith(CONTAINER + " ("));
+    let u = updates(); sel.value = opt.value; sel.dispatchEvent(new Event("change")); await settled(u);
+    out.picked = { container: $("flames").getAttribute("data-container"), on: Number(flame("on-cpu-clock").getAttribute("data-total")), level1: level("on-cpu-clock", 1), heading: flame("on-cpu-clock").querySelector("h3").textContent };
+    document.querySelector('#tabs button[data-tab="threads"]').click();
+    const ths = [...document.querySelectorAll("#top-threads th")], c = ths.findIndex((th) => th.dataset.key === "ctr"), n = ths.findIndex((th) => th.dataset.key === "name");
+    out.thread_rows = [...document.querySelectorAll("#top-threads tbody tr")].filter((tr) => tr.children.length === ths.length).map((tr) => tr.children[n].textContent + " in " + tr.children[c].textContent);
+    document.querySelector('#tabs button[data-tab="flames"]').click();
+  } catch (e) { out.error = String((e && e.stack) || e); }
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.style.whiteSpace = "pre-wrap";
+  pre.textContent = JSON.stringify(out).replace(/</g, "\\u003c").replace(/>/g, "\\u003e").replace(/&/g, "\\u0026");
+  document.body.appendChild(pre);
+})();
+</script>"##;
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_service_in_its_own_cgroup_is_named_in_the_page_the_pprof_labels_and_the_folded_roots() {
+    const TEST: &str = "a_service_in_its_own_cgroup_is_named";
+    require_root(TEST);
+    if !have(TEST, "go", &["version"]) || !have(TEST, "chromium", &["--version"]) {
+        return;
+    }
+    let Some(root) = cgroup2_root() else {
+        let why = "no cgroup2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified";
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{TEST}: {why}"
+        );
+        eprintln!("SKIPPED {TEST}: {why}");
+        return;
+    };
+    let _alone = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let text = test_config(
+        dir.path(),
+        "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n",
+    )
+    .replace("per_cpu = \"256KiB\"", "per_cpu = \"1MiB\"");
+    let d = Daemon::start_in(dir, &text, &[]);
+
+    // fr-web in `/fr-report-test-PID/web.service` (named as the systemd
+    // unit it looks like), fr-host beside it in the test's own cgroup.
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("spinner.c");
+    let web = work.path().join("fr-web");
+    let host = work.path().join("fr-host");
+    std::fs::write(&src, SPINNER_C).unwrap();
+    run(Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&web)
+        .arg(&src));
+    std::fs::copy(&web, &host).unwrap();
+    let parent = format!("fr-report-test-{}", std::process::id());
+    let cgroup = format!("/{parent}/web.service");
+    let mut cgroups = TestCgroups::make(&root, &parent, "web.service");
+    let procs = cgroups.leaf().join("cgroup.procs");
+    cgroups.spawn(&web, &[&procs]);
+    cgroups.spawn(&host, &[]);
+
+    // Dump until a snapshot holds 300 samples of each.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (id, path) = loop {
+        std::thread::sleep(Duration::from_millis(1500));
+        let v = d.json(&["dump"]);
+        let path = PathBuf::from(v["path"].as_str().unwrap());
+        let lines = perf_script(&path, &["-F", "comm,event"]);
+        let of = |comm: &str| {
+            lines
+                .lines()
+                .filter(|l| l.trim_start().starts_with(comm) && l.contains("cpu-clock"))
+                .count()
+        };
+        let (webs, hosts) = (of("fr-web"), of("fr-host"));
+        eprintln!("{TEST}: {webs} samples of fr-web, {hosts} of fr-host");
+        if webs >= 300 && hosts >= 300 {
+            break (v["id"].as_str().unwrap().to_string(), path);
+        }
+        assert!(Instant::now() < deadline, "no snapshot with both spinners");
+    };
+
+    // perf's own count of the cgroup's samples: each figure below is it.
+    let by_cgroup = perf_cgroup_samples(&path, "cpu-clock");
+    let in_web = by_cgroup
+        .iter()
+        .find(|(p, _)| *p == cgroup)
+        .map(|(_, n)| *n)
+        .unwrap_or_else(|| panic!("no {cgroup} in perf report: {by_cgroup:?}"));
+    let all: u64 = by_cgroup.iter().map(|(_, n)| n).sum();
+    let web_samples = samples_of(&path)
+        .iter()
+        .filter(|s| s.pid as u32 == cgroups.children[0].id())
+        .count() as u64;
+    eprintln!(
+        "{TEST}: perf report: {in_web} of {all} cpu-clock samples in {cgroup}; fr-web has {web_samples}"
+    );
+    // fr-web moved itself before its first spin: nearly all its samples.
+    assert!(
+        in_web <= web_samples && in_web as f64 >= web_samples as f64 * 0.95,
+        "{in_web} samples in {cgroup}, {web_samples} of fr-web"
+    );
+
+    // Collapsed by container: web.service is the root of exactly those
+    // samples, fr-web its only thread; fr-host's are the host's.
+    let folded_path = work.path().join("by-container.folded");
+    snapctl_json(
+        &d,
+        &["export", &id, "--format", "collapsed", "--by", "container"],
+        &folded_path,
+    );
+    let folded = std::fs::read_to_string(&folded_path).unwrap();
+    let mut roots = std::collections::BTreeMap::<String, u64>::new();
+    for line in folded.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        *roots
+            .entry(stack.split(';').next().unwrap().to_string())
+            .or_default() += n.parse::<u64>().unwrap();
+        if stack.starts_with("web.service;") {
+            assert!(stack.starts_with("web.service;fr-web;"), "{line}");
+        }
+        if stack.contains(";fr-host;") {
+            assert!(stack.starts_with("[host];fr-host;"), "{line}");
+        }
+    }
+    eprintln!("{TEST}: collapsed --by container roots: {roots:?}");
+    assert_eq!(roots.get("web.service"), Some(&in_web), "{roots:?}");
+    assert_eq!(roots.values().sum::<u64>(), all, "{roots:?}");
+    // By thread (the default, as before): no container frames.
+    let by_thread = work.path().join("by-thread.folded");
+    snapctl_json(&d, &["export", &id, "--format", "collapsed"], &by_thread);
+    let by_thread = std::fs::read_to_string(&by_thread).unwrap();
+    assert!(by_thread.lines().any(|l| l.starts_with("fr-web;")));
+    assert!(!by_thread.contains("web.service"));
+    // --by is for collapsed: pprof refuses it, naming why.
+    let out = d.snapctl(&[
+        "export",
+        &id,
+        "--format",
+        "pprof",
+        "--by",
+        "container",
+        "-o",
+        "-",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--by applies to --format collapsed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // pprof: every sample of the cgroup carries `cgroup` and `container`.
+    let profile = work.path().join("profile.pb.gz");
+    snapctl_json(&d, &["export", &id, "--format", "pprof"], &profile);
+    let tags = pprof_tags(&profile);
+    eprintln!("{TEST}: pprof tags: {tags:?}");
+    let tag = |key: &str, value: &str| {
+        tags.get(key)
+            .and_then(|v| v.iter().find(|(x, _)| x == value))
+            .map(|(_, n)| *n)
+    };
+    assert_eq!(tag("container", "web.service"), Some(in_web), "{tags:?}");
+    assert_eq!(tag("cgroup", &cgroup), Some(in_web), "{tags:?}");
+    // Every sample has its cgroup (the host's included).
+    let cgroup_total: u64 = tags["cgroup"].iter().map(|(_, n)| n).sum();
+    assert_eq!(cgroup_total, all, "{tags:?}");
+
+    // The page: the legend groups fr-web under web.service, the header
+    // counts its samples, the container picker shows its samples alone.
+    let page = work.path().join("report.html");
+    snapctl_json(&d, &["report", &id], &page);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let dom = dom_in_chromium(&page, &work.path().join("chromium-dom"), None);
+    let header = element(&dom, "header", "</dl>");
+    assert!(
+        header.contains(&format!("web.service ({in_web} samples)")),
+        "{header}"
+    );
+    let probed = work.path().join("probed.html");
+    let probe = CONTAINER_PROBE.replace("CONTAINER", "\"web.service\"");
+    std::fs::write(
+        &probed,
+        html.replacen("</body>", &format!("{probe}</body>"), 1),
+    )
+    .unwrap();
+    let dom = dom_in_chromium(&probed, &work.path().join("chromium-probe"), None);
+    let text = element(&dom, "probe", "</pre>");
+    let probe: serde_json::Value = serde_json::from_str(&text[text.find('>').unwrap() + 1..])
+        .unwrap_or_else(|e| panic!("the probe's result {text}: {e}"));
+    eprintln!("{TEST}: page: {probe}");
+    assert!(probe.get("error").is_none(), "{probe:#}");
+    assert_eq!(probe["picker_hidden"], false);
+    let legend: Vec<&str> = probe["legend"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let group = legend
+        .iter()
+        .position(|l| *l == "group web.service")
+        .unwrap_or_else(|| panic!("no web.service group in the legend: {legend:?}"));
+    assert_eq!(legend[group + 1], "fr-web in web.service", "{legend:?}");
+    assert!(
+        legend.contains(&"fr-host in [host]") && legend.contains(&"group [host]"),
+        "{legend:?}"
+    );
+    assert!(
+        probe["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o.as_str().unwrap().starts_with("web.service (")),
+        "{probe:#}"
+    );
+    let picked = &probe["picked"];
+    assert_eq!(picked["container"], "web.service");
+    assert_eq!(picked["on"], in_web, "{probe:#}");
+    assert_eq!(picked["level1"], serde_json::json!(["fr-web"]), "{probe:#}");
+    assert!(
+        picked["heading"]
+            .as_str()
+            .unwrap()
+            .contains(" in web.service"),
+        "{probe:#}"
+    );
+    let rows: Vec<&str> = probe["thread_rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r.ends_with(" in web.service")),
+        "{rows:?}"
+    );
+    let ready_ms = probe["ready_ms"].as_u64().unwrap();
+    assert!(ready_ms < 2000, "the page took {ready_ms} ms to be ready");
+    screenshot(
+        &probed,
+        &work.path().join("chromium-shot"),
+        "report-containers.png",
+    );
+
+    // A dump scoped to the service: `list --json` names its container and
+    // scope, and the page's header says the scope.
+    let scoped = d.json(&["dump", "--container", "web.service"]);
+    let scoped_id = scoped["id"].as_str().unwrap().to_string();
+    let listed = d
+        .list()
+        .into_iter()
+        .find(|s| s["id"] == scoped_id.as_str())
+        .expect("the scoped snapshot in the list");
+    assert_eq!(listed["scope"], "container:web.service", "{listed:#}");
+    let containers = listed["containers"].as_array().unwrap();
+    assert!(
+        containers
+            .iter()
+            .any(|c| c["id"] == "web.service" && c["cgroup"] == cgroup.as_str()),
+        "{listed:#}"
+    );
+    let page = work.path().join("scoped.html");
+    snapctl_json(&d, &["report", &scoped_id], &page);
+    let dom = dom_in_chromium(&page, &work.path().join("chromium-scoped"), None);
+    let header = element(&dom, "header", "</dl>");
+    assert!(
+        header.contains("<dt>scope</dt><dd class=\"\">container:web.service</dd>")
+            || header.contains("<dt>scope</dt><dd>container:web.service</dd>"),
+        "{header}"
+    );
+    drop(cgroups);
+    assert!(!root.join(&parent).exists(), "the test's cgroup is left");
 }

@@ -196,11 +196,21 @@ fn report_modules_use_only_what_the_table_allows() {
         &[
             ("tracefmt", &[]),
             ("model", &[]),
-            ("load", &["tracefmt", "model"]),
+            ("cgroups", &["model"]),
+            ("load", &["tracefmt", "model", "cgroups"]),
             ("symbols", &["tracefmt", "model"]),
-            ("stacks", &["tracefmt", "model", "load", "symbols"]),
-            ("pprof", &["tracefmt", "model", "load", "symbols", "stacks"]),
-            ("html", &["tracefmt", "model", "load", "symbols", "stacks"]),
+            (
+                "stacks",
+                &["tracefmt", "model", "cgroups", "load", "symbols"],
+            ),
+            (
+                "pprof",
+                &["tracefmt", "model", "cgroups", "load", "symbols", "stacks"],
+            ),
+            (
+                "html",
+                &["tracefmt", "model", "cgroups", "load", "symbols", "stacks"],
+            ),
         ],
     );
 }

@@ -84,6 +84,7 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             output,
             event,
             off_cpu,
+            by,
             symbols,
             limits,
             force,
@@ -92,6 +93,7 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
                 format,
                 event,
                 off_cpu,
+                by,
                 max_decompressed: limits.max_decompressed,
                 force,
             };

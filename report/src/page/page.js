@@ -4,7 +4,8 @@
 // (its Content-Security-Policy forbids them). The views below the
 // timeline (flame graphs, top functions, bottom-up, the thread tables)
 // are computed here from every sample and off-CPU interval, for the range
-// the timeline shows or selects and the process or thread picked.
+// the timeline shows or selects, the process or thread picked and the
+// container picked.
 (function () {
   const errors = document.getElementById("errors");
   window.addEventListener("error", (e) => { errors.textContent += "error: " + e.message + "\n"; });
@@ -59,14 +60,23 @@
   }
   function lower(arr, n, x) { let lo = 0, hi = n; while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < x) lo = m + 1; else hi = m; } return lo; }
 
-  // Threads: [name, pid, tid]; tid 0 is the idle task (swapper).
+  // Threads: [name, pid, tid, container]; tid 0 is the idle task
+  // (swapper). A thread whose samples fall in two containers is two page
+  // threads (same name, pid and tid), so a sample's container is its
+  // thread's; -1: in no container (the host).
   const NT = D.threads.length;
   const tComm = (t) => D.threads[t][0];
   const tName = (t) => S[D.threads[t][0]];
   const tPid = (t) => D.threads[t][1];
   const tTid = (t) => D.threads[t][2];
+  const tCtr = (t) => D.threads[t][3];
   const isIdle = (t) => tTid(t) === 0;
   const tIds = (t) => tPid(t) === tTid(t) ? "" + tPid(t) : tPid(t) + "/" + tTid(t);
+  // Containers ({ name, detail }); without any, the page shows none of
+  // its container controls.
+  const HAS_CTR = D.containers.length > 0;
+  const ctrName = (c) => (c < 0 ? D.host : D.containers[c].name);
+  const tWhere = (t) => (HAS_CTR ? ", " + ctrName(tCtr(t)) : "");
 
   // The stack tree: node 0 is the root, every other node its parent's
   // stack plus one frame ([name, file, kind]: 0 user, 1 kernel, 2 unnamed).
@@ -122,6 +132,7 @@
     view: [0, SPAN],
     selection: null,
     pick: null, // { kind: "p" (process) or "t" (thread), id: pid or tid }
+    container: null, // a container's index, -1 the host, null all
     idle: false,
     tab: "flames",
     measure: 0,
@@ -134,7 +145,8 @@
   };
   const range = () => state.selection || state.view;
   const inPick = (t) => !state.pick || (state.pick.kind === "p" ? tPid(t) === state.pick.id : tTid(t) === state.pick.id);
-  const counted = (t) => (state.idle || !isIdle(t)) && inPick(t);
+  const inCtr = (t) => state.container === null || tCtr(t) === state.container;
+  const counted = (t) => (state.idle || !isIdle(t)) && inPick(t) && inCtr(t);
 
   // ---- Header.
   $("title").textContent = D.title;
@@ -175,7 +187,7 @@
       for (let i = lower(e.time, e.n, a); i < e.n && e.time[i] < b; i++) {
         const t = e.thread[i];
         per[t]++; ran[t] = 1;
-        if (!counted(t)) { if (isIdle(t) && inPick(t)) idle++; continue; }
+        if (!counted(t)) { if (isIdle(t) && inPick(t) && inCtr(t)) idle++; continue; }
         const key = t * NN + e.node[i];
         weights.set(key, (weights.get(key) || 0) + 1);
         total++;
@@ -285,7 +297,7 @@
   }
   function laneThreads() {
     let pool = ranked;
-    if (state.pick) pool = ranked.filter(inPick);
+    if (state.pick || state.container !== null) pool = ranked.filter((t) => inPick(t) && inCtr(t));
     return pool.filter((t) => onCpuAll[t] > 0 || offAll[t] > 0).slice(0, state.pick && state.pick.kind === "t" ? 4 : 8);
   }
   function niceStep(span, px) {
@@ -310,7 +322,7 @@
     g.fillStyle = "#fff"; g.fillRect(0, 0, width, canvas.height);
     const view = state.view, w = width - LABEL, scale = w / (view[1] - view[0]);
     const x = (t) => LABEL + (t - view[0]) * scale;
-    const dim = (t) => (state.pick && !inPick(t) ? "#e3e6ea" : color[t]);
+    const dim = (t) => ((state.pick && !inPick(t)) || !inCtr(t) ? "#e3e6ea" : color[t]);
     // The ruler, its ticks and a faint grid.
     g.fillStyle = "#f4f5f7"; g.fillRect(0, 0, width, AXIS);
     g.fillStyle = "#d8dce2"; g.fillRect(0, AXIS - 1, width, 1);
@@ -372,17 +384,35 @@
     }
     if (D.trigger !== null && D.trigger >= view[0] && D.trigger <= view[1]) { g.fillStyle = "#e00"; g.fillRect(x(D.trigger), 0, 2, canvas.height); }
     showRange();
-    // Threads in view, by time on CPU.
+    // Threads in view, by time on CPU; with containers, grouped under
+    // their container's name (groups in the order of their busiest thread).
     const list = $("timeline-threads");
     list.textContent = "";
-    [...inView.entries()].sort((p, q) => q[1] - p[1]).slice(0, 12).forEach(([t, ns]) => {
-      const li = el("li", { "data-thread": tName(t), title: "pick " + tName(t) + " (pid " + tPid(t) + ", tid " + tTid(t) + ")" });
-      const sw = el("span", { class: "swatch" }); sw.style.background = color[t];
-      li.appendChild(sw); li.appendChild(document.createTextNode(tName(t) + " "));
-      li.appendChild(el("span", { class: "time" }, tIds(t) + " · " + fmtNs(ns)));
-      li.addEventListener("click", () => pick({ kind: "t", id: tTid(t) }));
-      list.appendChild(li);
-    });
+    const shown = [...inView.entries()].sort((p, q) => q[1] - p[1]).slice(0, 12);
+    const groups = new Map();
+    for (const entry of shown) {
+      const c = HAS_CTR ? tCtr(entry[0]) : -1;
+      if (!groups.has(c)) groups.set(c, []);
+      groups.get(c).push(entry);
+    }
+    for (const [c, entries] of groups) {
+      if (HAS_CTR) {
+        // Each group on a line of its own.
+        if (list.firstChild) list.appendChild(el("li", { class: "break" }));
+        const head = el("li", { class: "ctr" + (state.container === c ? " picked" : ""), "data-container": ctrName(c),
+          title: (c < 0 ? "in no container" : D.containers[c].detail) + ": click to show only its threads" }, ctrName(c));
+        head.addEventListener("click", () => pickContainer(state.container === c ? null : c));
+        list.appendChild(head);
+      }
+      for (const [t, ns] of entries) {
+        const li = el("li", { "data-thread": tName(t), "data-container": ctrName(tCtr(t)), title: "pick " + tName(t) + " (pid " + tPid(t) + ", tid " + tTid(t) + tWhere(t) + ")" });
+        const sw = el("span", { class: "swatch" }); sw.style.background = color[t];
+        li.appendChild(sw); li.appendChild(document.createTextNode(tName(t) + " "));
+        li.appendChild(el("span", { class: "time" }, tIds(t) + " · " + fmtNs(ns)));
+        li.addEventListener("click", () => pick({ kind: "t", id: tTid(t) }));
+        list.appendChild(li);
+      }
+    }
   }
   function showRange() {
     const [a, b] = range();
@@ -448,7 +478,7 @@
   function hit(ev) {
     if (ev.offsetX < LABEL) {
       const k = Math.floor((ev.offsetY - layout.threadTop) / TLANE);
-      if (ev.offsetY >= layout.threadTop && k < layout.threads.length) { const t = layout.threads[k]; return [t, tName(t) + " (pid " + tPid(t) + ", tid " + tTid(t) + "): click to pick"]; }
+      if (ev.offsetY >= layout.threadTop && k < layout.threads.length) { const t = layout.threads[k]; return [t, tName(t) + " (pid " + tPid(t) + ", tid " + tTid(t) + tWhere(t) + "): click to pick"]; }
       return null;
     }
     const t = timeAt(ev), slop = 2 * (state.view[1] - state.view[0]) / canvas.width;
@@ -457,7 +487,7 @@
       const li = Math.floor((ev.offsetY - AXIS) / CLANE), l = lanes[li], i = find(l.start, l.end, l.n);
       if (i < 0) return null;
       const th = l.thread[i];
-      return [th, tName(th) + " (pid " + tPid(th) + ", tid " + tTid(th) + ")\nCPU " + D.cpus[li] + " from " + fmtNs(l.start[i]) + " for " + fmtNs(l.end[i] - l.start[i])];
+      return [th, tName(th) + " (pid " + tPid(th) + ", tid " + tTid(th) + tWhere(th) + ")\nCPU " + D.cpus[li] + " from " + fmtNs(l.start[i]) + " for " + fmtNs(l.end[i] - l.start[i])];
     }
     const k = Math.floor((ev.offsetY - layout.threadTop) / TLANE);
     if (ev.offsetY < layout.threadTop || k >= layout.threads.length) return null;
@@ -514,6 +544,28 @@
     update();
   }
   $("show-idle").addEventListener("change", (ev) => { state.idle = ev.target.checked; update(); });
+
+  // ---- The container picker: containers by samples, then the host.
+  if (HAS_CTR) {
+    const samplesOf = new Float64Array(D.containers.length + 1);
+    for (let t = 0; t < NT; t++) samplesOf[tCtr(t) + 1] += samplesAll[t];
+    const order = D.containers.map((_, c) => c).sort((a, b) => samplesOf[b + 1] - samplesOf[a + 1]);
+    order.push(-1);
+    const sel = $("container-pick");
+    for (const c of order) {
+      sel.appendChild(el("option", { value: "" + c, title: c < 0 ? "in no container" : D.containers[c].detail },
+        ctrName(c) + " (" + fmtCount(samplesOf[c + 1]) + " samples)"));
+    }
+    sel.addEventListener("change", (ev) => pickContainer(ev.target.value === "" ? null : Number(ev.target.value)));
+    $("container-box").hidden = false;
+  }
+  function pickContainer(c) {
+    state.container = c;
+    state.focus = [];
+    $("container-pick").value = c === null ? "" : "" + c;
+    drawTimeline();
+    update();
+  }
   $("search").addEventListener("input", (ev) => {
     const q = ev.target.value;
     try { state.search = q ? new RegExp(q) : null; } catch (e) { state.search = null; }
@@ -559,13 +611,14 @@
   const nodeName = (n) => (n.f === -1 ? "all" : S[n.c]);
   let R = null;
   let flameBoxes = null;
+  const inWhat = () => (state.container === null ? "" : " in " + ctrName(state.container));
   function flameHeading(m) {
     if (m.kind === "samples") {
-      return ["On CPU: " + m.name + ", " + fmtCount(m.total) + " samples",
+      return ["On CPU: " + m.name + ", " + fmtCount(m.total) + " samples" + inWhat(),
         m.idle && !state.idle ? " (idle hidden: " + fmtCount(m.idle) + " samples of swapper; \"show idle\" adds them)" : ""];
     }
     const [a, b] = [R.a, R.b];
-    return ["Off CPU: " + fmtNs(m.total) + " waited, summed over " + m.threads + " thread" + (m.threads === 1 ? "" : "s"),
+    return ["Off CPU: " + fmtNs(m.total) + " waited, summed over " + m.threads + " thread" + (m.threads === 1 ? "" : "s") + inWhat(),
       " that ran in the range (each counts at most the range's " + fmtNs(b - a) + "), by the stack each switched out with" +
       (D.off_cpu.note ? " (" + D.off_cpu.note + ")" : "")];
   }
@@ -580,6 +633,7 @@
       });
     }
     $("flames").setAttribute("data-range", Math.round(R.a) + " " + Math.round(R.b));
+    $("flames").setAttribute("data-container", state.container === null ? "" : ctrName(state.container));
     const parts = [];
     R.measures.forEach((m, i) => {
       const { section, h, box } = flameBoxes[i];
@@ -842,10 +896,11 @@
       const samples = R.samples.map((s) => s[t]);
       const any = R.onCpu[t] > 0 || R.sleeping[t] > 0 || R.runnable[t] > 0 || samples.some((s) => s > 0);
       if (!any) continue;
-      rowsT.push({ t, name: tName(t), pid: tPid(t), tid: tTid(t), on: R.onCpu[t], samples, sleeping: R.sleeping[t], runnable: R.runnable[t] });
+      if (!inCtr(t)) continue;
+      rowsT.push({ t, name: tName(t), pid: tPid(t), tid: tTid(t), ctr: ctrName(tCtr(t)), on: R.onCpu[t], samples, sleeping: R.sleeping[t], runnable: R.runnable[t] });
       let p = procs.get(tPid(t));
-      if (!p) { p = { name: tName(t), pid: tPid(t), tids: new Set(), on: 0, samples: new Array(nEv).fill(0), sleeping: 0, runnable: 0 }; procs.set(tPid(t), p); }
-      if (tTid(t) === tPid(t)) p.name = tName(t);
+      if (!p) { p = { name: tName(t), pid: tPid(t), ctr: ctrName(tCtr(t)), tids: new Set(), on: 0, samples: new Array(nEv).fill(0), sleeping: 0, runnable: 0 }; procs.set(tPid(t), p); }
+      if (tTid(t) === tPid(t)) { p.name = tName(t); p.ctr = ctrName(tCtr(t)); }
       p.tids.add(tTid(t)); p.on += R.onCpu[t]; p.sleeping += R.sleeping[t]; p.runnable += R.runnable[t];
       samples.forEach((s, i) => { p.samples[i] += s; });
     }
@@ -856,7 +911,8 @@
       return { key, label: label + " (" + u.name + ")", num: true, value: get, text: (r) => fmtFixed(get(r) / u.div, u.digits) };
     };
     const sampleCols = events.map((e, i) => ({ key: "s" + i, label: e.name, num: true, value: (r) => r.samples[i], text: (r) => fmtCount(r.samples[i]) }));
-    const tail = (rows) => [timeCol("on", "On CPU", rows, (r) => r.on), ...sampleCols, timeCol("sleeping", "Sleeping", rows, (r) => r.sleeping), timeCol("runnable", "Runnable", rows, (r) => r.runnable)];
+    const ctrCol = HAS_CTR ? [{ key: "ctr", label: "Container", value: (r) => r.ctr, text: (r) => r.ctr }] : [];
+    const tail = (rows) => [...ctrCol, timeCol("on", "On CPU", rows, (r) => r.on), ...sampleCols, timeCol("sleeping", "Sleeping", rows, (r) => r.sleeping), timeCol("runnable", "Runnable", rows, (r) => r.runnable)];
     sortableTable($("top-processes"), [
       { key: "name", label: "Process", value: (r) => r.name, text: (r) => r.name },
       { key: "pid", label: "pid", num: true, value: (r) => r.pid, text: (r) => "" + r.pid },
