@@ -270,7 +270,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__dump)
-            opts="-h --label --compress --at --before --after --socket --config --json --timeout --help"
+            opts="-h --label --compress --at --before --after --cgroup --container --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -289,6 +289,14 @@ _snapctl() {
                     return 0
                     ;;
                 --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --container)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -416,7 +424,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__fleet__subcmd__dump)
-            opts="-h --label --select --compress --wait --expect --host --at --before --after --socket --config --json --timeout --help"
+            opts="-h --label --select --compress --wait --expect --host --at --before --after --cgroup --container --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -451,6 +459,14 @@ _snapctl() {
                     return 0
                     ;;
                 --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --container)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
