@@ -44,7 +44,7 @@ fn daemon_folders_use_only_what_the_table_allows() {
             ("ring", &["time"]),
             ("host", &["perf", "time"]),
             ("tracking", &["perf", "ring", "host", "time", "log_limit"]),
-            ("triggers", &["perf", "ring"]),
+            ("triggers", &["perf", "ring", "host"]),
             (
                 "recorder",
                 &["perf", "ring", "host", "tracking", "time", "log_limit"],

@@ -130,6 +130,9 @@ impl Control {
         let fleet: Arc<fleet_status::FleetStatus> = Arc::default();
         let events = EventBus::default();
         let names = start_names(&live);
+        if let Some(names) = &names {
+            conditions.set_names(Arc::clone(names));
+        }
         let hooks = Hooks {
             setup: {
                 let (live, history) = (Arc::downgrade(&live), Arc::clone(&history));
