@@ -565,6 +565,13 @@ impl Load {
     }
 }
 
+/// One process, killed and reaped when dropped.
+impl From<std::process::Child> for Load {
+    fn from(child: std::process::Child) -> Self {
+        Load(vec![child])
+    }
+}
+
 impl Drop for Load {
     fn drop(&mut self) {
         for c in &mut self.0 {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use flightrec_tests::Load;
 use flightrec_tests::containers::{Cgroup, cgroup2_mount};
 
 use super::{alternate, overhead_of, snapshot_of, wrap_rings_under_load};
@@ -77,7 +78,7 @@ fn bench_cgroup(name: &str) -> Result<Cgroup> {
 fn scoped_dump(args: &Args) -> Result<Section> {
     let ring = 4 * MIB;
     let busy = bench_cgroup("busy")?;
-    let _burner = busy.spawn(Path::new("/bin/sh"), &["-c", "while :; do :; done"]);
+    let _burner = Load::from(busy.spawn(Path::new("/bin/sh"), &["-c", "while :; do :; done"]));
     let recorder = Recorder::start(Kind::Flightrec, Setup::switch_and_clock(ring))?;
     let load = wrap_rings_under_load(ring)?;
     // [whole, scoped]
