@@ -386,6 +386,9 @@ cooldown = "1h"
     for name in ["oom-kill", "memcg"] {
         let t = trigger_status(&d, name);
         assert_eq!(t["dumped"], 1, "{t}");
+        // Both dump what fired them: oom-kill by its key, cgroup-memory by
+        // default.
+        assert_eq!(t["scope"], "matched", "{t}");
     }
     drop(cg);
 }

@@ -271,6 +271,7 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
                 suppressed: t.counters.suppressed,
                 last_fired_unix_ns: unix_ns(t.counters.last_fired),
                 last_matched: t.counters.last_matched,
+                scope: t.scope,
             })
             .collect(),
         fleet: s.fleet.map(|f| pb::FleetStatus {

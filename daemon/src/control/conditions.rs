@@ -38,6 +38,8 @@ pub struct TriggerStatus {
     pub name: String,
     pub on: &'static str,
     pub condition: String,
+    /// What its snapshots hold (`scope`, described).
+    pub scope: String,
     pub counters: TriggerCounters,
 }
 
@@ -94,6 +96,7 @@ impl Conditions {
                     name: t.name.get_ref().clone(),
                     on: t.on.get_ref().as_str(),
                     condition: condition_of(t),
+                    scope: t.scope().describe(),
                     counters: counters.get(t.name.get_ref()).cloned().unwrap_or_default(),
                 }
             })
