@@ -218,8 +218,6 @@ fn cpu_lines(cpus: &[pb::CpuStatus], history: bool) -> Vec<String> {
     out
 }
 
-/// The history's use of its budget, how far back it reaches, and why it
-/// is stopped if it is.
 /// Whether samples say which cgroup (service, container) they are of.
 fn cgroups_line(c: &pb::CgroupStatus) -> String {
     if c.recorded {
@@ -237,6 +235,8 @@ fn cgroups_line(c: &pb::CgroupStatus) -> String {
     }
 }
 
+/// The history's use of its budget, how far back it reaches, and why it
+/// is stopped if it is.
 fn history_line(h: &pb::HistoryStatus) -> String {
     let mut line = format!(
         "history: {} of {} in {} segments ({}), up to {} back",
