@@ -70,9 +70,20 @@ fn profile_dir() -> PathBuf {
     }
 }
 
-/// Path of a workspace binary (`flightrecd` or `snapctl`), built on first use.
+/// Path of a workspace binary (`flightrecd` or `snapctl`), built on first use;
+/// with `FLIGHTREC_TEST_BINARIES=DIR`, that directory's, built elsewhere (to
+/// run today's tests against an older commit's daemon and client).
 pub fn bin_path(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Some(dir) = std::env::var_os("FLIGHTREC_TEST_BINARIES") {
+        let path = PathBuf::from(dir).join(name);
+        assert!(
+            path.exists(),
+            "FLIGHTREC_TEST_BINARIES has no {}",
+            path.display()
+        );
+        return path;
+    }
     let profile = profile_dir();
     BUILT
         .get_or_init(|| build_binaries(&profile))
