@@ -20,8 +20,9 @@ pub struct Args {
     /// memory, loss, lookback, fleet; compress-priority, history (about
     /// 20 minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
     /// sched_switch call chains or switch records), report (`snapctl report`/`export` vs `perf report`)
-    /// and cgroups (cgroup ids on and off, a dump scoped to one cgroup,
-    /// memory for 1,000 cgroups), only when named).
+    /// cgroups (cgroup ids on and off, a dump scoped to one cgroup,
+    /// memory for 1,000 cgroups) and history-dump (a dump of a whole
+    /// history of `--history-mib`), only when named).
     #[arg(
         long,
         value_delimiter = ',',
@@ -32,6 +33,10 @@ pub struct Args {
     /// windows (default 11, 1 with --quick).
     #[arg(long, value_name = "N")]
     pub history_minutes: Option<u64>,
+    /// MiB of history on disk the history-dump scenario fills before it
+    /// dumps all of it (default 360, 40 with --quick).
+    #[arg(long, value_name = "N")]
+    pub history_mib: Option<u64>,
     /// Length of the soak in minutes (default 20, 2 with --quick).
     #[arg(long, value_name = "N")]
     pub soak_minutes: Option<u64>,

@@ -99,6 +99,9 @@ fn main() -> Result<()> {
             sections.push(scenarios::snapshot(&args, 4 * MIB, events)?);
         }
     }
+    if args.wants("history-dump") {
+        sections.push(scenarios::history_dump(&args)?);
+    }
     if args.wants("cgroups") {
         sections.extend(scenarios::cgroups(&args)?);
     }
