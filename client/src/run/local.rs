@@ -69,6 +69,7 @@ pub(super) async fn report(
             uploads: Vec::new(),
             window_start_unix_ns: (i.window_start_unix_ns != 0).then_some(i.window_start_unix_ns),
             window_end_unix_ns: (i.window_end_unix_ns != 0).then_some(i.window_end_unix_ns),
+            perf_maps: Vec::new(),
         }),
         None => sidecar_beside(&path),
     };

@@ -57,6 +57,34 @@ impl Store {
         Ok(true)
     }
 
+    /// Keeps `maps` (the JIT symbol maps of the processes running when
+    /// snapshot `id` was written) in its sidecar. A failure is logged: the
+    /// snapshot is whole without them.
+    pub fn keep_perf_maps(&self, id: &str, maps: Vec<flightrec_proto::sidecar::PerfMap>) {
+        if maps.is_empty() {
+            return;
+        }
+        let Ok(n) = parse_id(id) else { return };
+        let _lock = self.lock_snapshot(&n.id());
+        let kept = self
+            .read_sidecar(id)
+            .and_then(|b| {
+                serde_json::from_slice::<Meta>(&b)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|source| StoreError::WriteMeta {
+                path: self.sidecar_path(id),
+                source,
+            })
+            .and_then(|mut meta| {
+                meta.perf_maps = maps;
+                self.write_sidecar(id, &meta)
+            });
+        if let Err(e) = kept {
+            tracing::warn!("the perf maps of snapshot {id} were not kept: {e}");
+        }
+    }
+
     /// Writes `.<id>.meta` (0640, the socket group's) through a temporary
     /// file created exclusively, synced, then renamed: a reader sees the old
     /// or the new one.
