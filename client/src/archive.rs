@@ -30,6 +30,9 @@ use flightrec_perfdata::format::bit;
 use flightrec_perfdata::reader::{
     self, BuildIdTableEntry, FileLayout, PlainFile, ReadError, default_limit,
 };
+use flightrec_report::SymbolSources;
+use flightrec_report::symbols::debug_files;
+use flightrec_report::symbols::debuginfod::Debuginfod;
 use thiserror::Error;
 
 /// Bytes copied at a time into an output.
@@ -65,13 +68,16 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
 }
 
 /// What an archive holds besides the snapshot, and how it is written.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ArchiveOptions {
     /// The running kernel's /proc/kallsyms, for kernel symbols (the
     /// archive is then never readable by others).
     pub kallsyms: bool,
     /// Replace an existing output file.
     pub force: bool,
+    /// Where debug files not on this machine are fetched from (None:
+    /// nowhere).
+    pub debuginfod: Option<Debuginfod>,
 }
 
 impl Default for ArchiveOptions {
@@ -79,6 +85,7 @@ impl Default for ArchiveOptions {
         ArchiveOptions {
             kallsyms: true,
             force: false,
+            debuginfod: None,
         }
     }
 }
@@ -246,12 +253,14 @@ fn copy_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<File> 
     flightrec_files::elf::copy_if_build_id(path, links, build_id, MAX_FILE_BYTES)
 }
 
-/// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME`, and
-/// per build-id table entry the file with that build-id under
-/// [`cache_path`] (`elf`; `kallsyms` for the running kernel, unless
-/// `opts.kallsyms` is false). Extract it into a directory DIR and `perf
-/// --buildid-dir DIR report -i NAME` resolves the symbols of files since
-/// deleted, upgraded or absent.
+/// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME` and its
+/// sidecar (the perf maps of its JIT code) beside it, and per build-id
+/// table entry the file with that build-id under [`cache_path`] (`elf`;
+/// its separate debug file, found as `snapctl report` finds it, as
+/// `debug`; `kallsyms` for the running kernel, unless `opts.kallsyms` is
+/// false). Extract it into a directory DIR and `perf --buildid-dir DIR
+/// report -i NAME` (or `snapctl report --symfs DIR DIR/NAME`) resolves the
+/// symbols of files since deleted, upgraded or absent.
 pub fn write_archive(
     snapshot: &Path,
     out: &Path,
@@ -279,6 +288,15 @@ pub fn write_archive(
     );
     file.seek(SeekFrom::Start(0)).map_err(io_err(snapshot))?;
     append_exactly(&mut tar, &name, &mut file, layout.len, 0o640).map_err(io_err(&tmp))?;
+    if let Some(side) = sidecar_of(snapshot) {
+        let side_name = format!(".{}.meta", name.strip_suffix(".perf.data").unwrap_or(&name));
+        append_bytes(&mut tar, &side_name, &side, 0o640).map_err(io_err(&tmp))?;
+    }
+    let debug_sources = SymbolSources {
+        local_files: true,
+        debuginfod: opts.debuginfod.clone(),
+        ..SymbolSources::default()
+    };
 
     let mut summary = ArchiveSummary {
         mode: access.mode,
@@ -320,8 +338,25 @@ pub fn write_archive(
         let found = loop {
             if let Some((c, links)) = candidates.pop() {
                 if let Some(elf) = copy_if_build_id(&c, links, &build_id) {
+                    let mut why = Vec::new();
+                    let debug = debug_files::find(
+                        &filename,
+                        &build_id,
+                        Some(&elf),
+                        &debug_sources,
+                        &mut why,
+                    );
                     append_file(&mut tar, &cache_path(&id_hex, "elf"), elf, 0o644)
                         .map_err(io_err(&tmp))?;
+                    if let Some(debug) = debug {
+                        append_file(&mut tar, &cache_path(&id_hex, "debug"), debug.file, 0o644)
+                            .map_err(io_err(&tmp))?;
+                        summary.added.push((
+                            format!("{filename} (debug)"),
+                            id_hex.clone(),
+                            debug.from,
+                        ));
+                    }
                     break Some(c);
                 }
                 continue;
@@ -348,6 +383,16 @@ pub fn write_archive(
     let file = commit(new, out, opts.force)?;
     summary.bytes = file.metadata().map_err(io_err(out))?.len();
     Ok(summary)
+}
+
+/// The sidecar beside snapshot file `path` (its perf maps), if it is a
+/// regular file (not followed as a link) of a sidecar's size.
+fn sidecar_of(path: &Path) -> Option<Vec<u8>> {
+    let name = path.file_name()?.to_str()?;
+    let id = name.strip_suffix(".perf.data").unwrap_or(name);
+    let side = path.with_file_name(flightrec_proto::sidecar::file_name(id));
+    let (mut f, _) = open_regular(&side, Links::Refuse).ok()?;
+    flightrec_files::untrusted::read_small(&mut f, flightrec_proto::sidecar::MAX_BYTES).ok()
 }
 
 /// Appends `len` bytes of `from` as `name`: a file that ends sooner is an

@@ -59,15 +59,15 @@ pub enum ReportFailure {
 }
 
 /// Reads the snapshot (its records at most `max_decompressed` bytes, else
-/// the default limit) and names its frames.
+/// the default limit) and names its frames (with their source lines).
 fn read(
     snapshot: &Path,
     sources: &SymbolSources,
     max_decompressed: Option<u64>,
-) -> Result<(Snapshot, Names), ReportError> {
+) -> Result<(Snapshot, Names, symbols::Lines), ReportError> {
     let snap = load::read(snapshot, max_decompressed)?;
-    let names = symbols::resolve(&snap, sources);
-    Ok((snap, names))
+    let (names, lines) = symbols::resolve_with_lines(&snap, sources);
+    Ok((snap, names, lines))
 }
 
 fn written(
@@ -126,7 +126,7 @@ pub fn write_report(
     max_decompressed: Option<u64>,
     force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources, max_decompressed)?;
+    let (snap, names, _) = read(snapshot, sources, max_decompressed)?;
     let page = html::page(&snap, &names, ctx);
     let path = write_out(snapshot, out, page.as_bytes(), force)?;
     Ok(written(path, page.len(), names, sources, "report".into()))
@@ -159,7 +159,7 @@ pub fn write_export(
         force,
     } = *request;
     let event = event.as_deref();
-    let (snap, names) = read(snapshot, sources, max_decompressed)?;
+    let (snap, names, lines) = read(snapshot, sources, max_decompressed)?;
     let (bytes, content) = match format {
         ExportFormat::Pprof => {
             // Both sample types are in every pprof profile; the event picks
@@ -173,7 +173,7 @@ pub fn write_export(
                 .events
                 .get(event)
                 .map_or("no event", |e| e.name.as_str());
-            let profile = pprof::profile(&snap, &names, event);
+            let profile = pprof::profile_with_lines(&snap, &names, &lines, event);
             (
                 pprof::gzipped(&profile),
                 format!("samples of {name} and off-CPU time"),

@@ -168,7 +168,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__archive)
-            opts="-o -h --output --no-kallsyms --force --socket --config --json --timeout --help"
+            opts="-o -h --output --no-kallsyms --debuginfod --no-debuginfod --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -179,6 +179,10 @@ _snapctl() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -312,7 +316,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --symfs --kallsyms --no-local-files --debuginfod --no-debuginfod --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -339,6 +343,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -912,7 +920,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --debuginfod --no-debuginfod --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -931,6 +939,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

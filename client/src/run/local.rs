@@ -82,7 +82,8 @@ pub(super) async fn report(
             .filter(|m| !m.is_empty()),
         trigger_unix_ns: side.as_ref().map(|s| s.created_unix_ns),
     };
-    let sources = symbols.sources();
+    let mut sources = symbols.sources();
+    sources.jit_maps = jit_maps(&path);
     let max = limits.max_decompressed;
     let written =
         blocking(move || report::write_report(&path, &out, &ctx, &sources, max, force)).await?;
@@ -100,7 +101,8 @@ pub(super) async fn export(
     let path = snapshot_file(daemon, snapshot).await?;
     let out = output
         .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), request.format.extension()).into());
-    let sources = symbols.sources();
+    let mut sources = symbols.sources();
+    sources.jit_maps = jit_maps(&path);
     let written = blocking(move || report::write_export(&path, &out, &request, &sources)).await?;
     let text = render::written(&written, json);
     if written.path.is_none() {
@@ -177,6 +179,22 @@ fn sidecar_beside(path: &Path) -> Option<Sidecar> {
     let (mut f, _) = flightrec_files::open_regular(&side, flightrec_files::Links::Refuse).ok()?;
     let bytes = flightrec_files::untrusted::read_small(&mut f, sidecar::MAX_BYTES).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// The perf maps the daemon kept in the sidecar beside snapshot file
+/// `path` (one that does not decode is said and passed over).
+fn jit_maps(path: &Path) -> Vec<flightrec_report::symbols::jit::JitMap> {
+    let Some(side) = sidecar_beside(path) else {
+        return Vec::new();
+    };
+    side.perf_maps
+        .iter()
+        .filter_map(|m| {
+            flightrec_report::symbols::jit::JitMap::decode(m.pid, &m.zstd_base64)
+                .map_err(|e| eprintln!("snapctl: {e}"))
+                .ok()
+        })
+        .collect()
 }
 
 /// The id of a snapshot file name (`ID.perf.data`).

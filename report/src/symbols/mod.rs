@@ -3,18 +3,30 @@
 //! A file's symbols are used only when its build-id is the one the snapshot
 //! recorded (a rebuilt or upgraded library would give wrong names): from a
 //! build-id cache (`--symfs DIR`, laid out as `snapctl archive` and perf's
-//! `~/.debug` do), then the path itself. The kernel's come from a kallsyms
-//! file (`--kallsyms`, an archive's, or /proc/kallsyms when the running
-//! kernel has the snapshot's build-id), moved by the difference of the two
-//! `_text` addresses when the kernel was booted again. What cannot be named
-//! shows as its file and offset, never as a guess.
+//! `~/.debug` do), then the path itself. A stripped file is named from its
+//! separate debug file (by build-id or `.gnu_debuglink`, see
+//! [`debug_files`], or from a debuginfod server when one is asked for,
+//! [`debuginfod`]), whose DWARF also gives each frame its source line and
+//! the functions inlined there. JIT code is named from the perf maps the
+//! daemon kept with the snapshot ([`jit`]). The kernel's come from a
+//! kallsyms file (`--kallsyms`, an archive's, or /proc/kallsyms when the
+//! running kernel has the snapshot's build-id), moved by the difference of
+//! the two `_text` addresses when the kernel was booted again. What cannot
+//! be named shows as its file and offset, never as a guess, and the files
+//! it lies in are listed with why.
 //!
 //! The files are copied with the shared bounded, deadline-guarded reader (a
 //! path in a snapshot is a path some process chose) into anonymous
 //! temporary files, a piece at a time, that blazesym then reads by
-//! descriptor.
+//! descriptor. Names are demangled here (Itanium C++ and Rust), never by
+//! blazesym, which takes a C function called `a` for a mangled type.
 
-use std::collections::BTreeMap;
+pub mod debug_files;
+pub mod debuginfod;
+mod elf_layout;
+pub mod jit;
+
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
@@ -22,12 +34,14 @@ use std::path::{Path, PathBuf};
 
 use blazesym::MaybeDefault;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer};
 use flightrec_files::Links;
 use flightrec_files::elf::copy_if_build_id;
 use flightrec_perfdata::kallsyms::kallsyms_text;
 
 use crate::model::{FrameKey, Snapshot};
+use debuginfod::Debuginfod;
+use jit::{JitMap, JitSymbols};
 
 /// Largest ELF file read for its symbols.
 const MAX_ELF_BYTES: u64 = 2 << 30;
@@ -42,8 +56,14 @@ pub struct SymbolSources {
     pub symfs: Vec<PathBuf>,
     /// A kallsyms file for the snapshot's kernel.
     pub kallsyms: Option<PathBuf>,
-    /// Look at the paths themselves on this machine (off: only `symfs`).
+    /// Look at the paths themselves on this machine (off: only `symfs`),
+    /// and at its debug files (`/usr/lib/debug`).
     pub local_files: bool,
+    /// Debug files (and binaries) fetched by build-id; None: nothing is
+    /// fetched.
+    pub debuginfod: Option<Debuginfod>,
+    /// The perf maps the daemon kept with the snapshot.
+    pub jit_maps: Vec<JitMap>,
 }
 
 /// The name of each frame of a snapshot (indexed like `Snapshot::frames`).
@@ -82,6 +102,39 @@ pub struct Unresolved {
     pub reason: String,
 }
 
+/// Where in the source a frame's address lies.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SourceLine {
+    /// The source file as DWARF names it (its directory joined).
+    pub file: String,
+    pub line: Option<u32>,
+}
+
+/// A function inlined at a frame's address, with its own line.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InlinedFrame {
+    pub function: String,
+    pub line: Option<SourceLine>,
+}
+
+/// What DWARF says of one frame beyond its function.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrameLines {
+    /// The line in the frame's function (the call into the first inlined
+    /// function, when there is one).
+    pub line: Option<SourceLine>,
+    /// Functions inlined at the address, outermost first (the last is
+    /// where the address lies).
+    pub inlined: Vec<InlinedFrame>,
+}
+
+/// Source lines and inlined functions of each frame (indexed like
+/// `Snapshot::frames`; empty where DWARF says nothing).
+#[derive(Debug, Clone, Default)]
+pub struct Lines {
+    pub frames: Vec<FrameLines>,
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -95,17 +148,33 @@ type FileKey = (String, Option<Vec<u8>>);
 
 /// Names every frame of `snap`.
 pub fn resolve(snap: &Snapshot, sources: &SymbolSources) -> Names {
+    resolve_with_lines(snap, sources).0
+}
+
+/// Names every frame of `snap`, with the source lines and inlined
+/// functions DWARF gives them.
+pub fn resolve_with_lines(snap: &Snapshot, sources: &SymbolSources) -> (Names, Lines) {
     let mut names: Vec<FrameName> = snap
         .frames
         .iter()
         .map(|f| unresolved_name(snap, f.key))
         .collect();
+    let mut lines = Lines {
+        frames: vec![FrameLines::default(); snap.frames.len()],
+    };
     let mut unresolved = Vec::new();
-    let symbolizer = Symbolizer::new();
+    // Debug files give names and lines; blazesym looks for none itself
+    // (they are found and checked by build-id here), and demangling is ours.
+    let symbolizer = Symbolizer::builder()
+        .enable_demangling(false)
+        .set_debug_dirs(Some(Vec::<PathBuf>::new()))
+        .build();
+    let jit = JitSymbols::new(&sources.jit_maps);
 
     // User frames, by file.
     let mut by_file: BTreeMap<FileKey, Vec<(usize, u64)>> = BTreeMap::new();
     let mut kernel_frames = Vec::new();
+    let mut unmapped = Vec::new();
     for (i, f) in snap.frames.iter().enumerate() {
         match f.key {
             FrameKey::User { map, file_offset } => {
@@ -116,39 +185,82 @@ pub fn resolve(snap: &Snapshot, sources: &SymbolSources) -> Names {
                     .push((i, file_offset));
             }
             FrameKey::Kernel { addr } => kernel_frames.push((i, addr)),
-            FrameKey::Unmapped { .. } => {}
+            FrameKey::Unmapped { addr } => unmapped.push((i, addr)),
         }
     }
+    let mut named = Named {
+        names: &mut names,
+        lines: &mut lines,
+    };
+    // JIT code lies in anonymous maps (or none the snapshot names).
+    let mut jit_frames: Vec<(usize, String)> = Vec::new();
     for ((path, build_id), frames) in by_file {
-        let miss = |reason: &str| Unresolved {
+        let miss = |frames: usize, reason: &str| Unresolved {
             file: path.clone(),
             build_id: build_id.as_deref().map(hex),
-            frames: frames.len() as u64,
+            frames: frames as u64,
             reason: reason.to_string(),
         };
         if path.starts_with('[') || !path.starts_with('/') {
             // [vdso], [anon:...], anonymous JIT code: no file to read.
-            unresolved.push(miss("not a file"));
+            jit_frames.extend(frames.iter().map(|&(i, _)| (i, "not a file".to_string())));
             continue;
         }
         let Some(build_id) = &build_id else {
-            unresolved.push(miss("the snapshot has no build-id for it"));
+            let why = "the snapshot has no build-id for it";
+            jit_frames.extend(frames.iter().map(|&(i, _)| (i, why.to_string())));
             continue;
         };
-        let Some(file) = find_elf(&path, build_id, sources) else {
-            unresolved.push(miss("no file with this build-id"));
-            continue;
-        };
-        let offsets: Vec<u64> = frames.iter().map(|(_, o)| *o).collect();
-        let elf = Elf {
-            debug_syms: false,
-            ..Elf::new(fd_path(&file))
-        };
-        match symbolizer.symbolize(&Source::Elf(elf), Input::FileOffset(&offsets)) {
-            Ok(syms) => name_frames(&mut names, &frames, syms),
-            Err(e) => unresolved.push(miss(&format!("unreadable: {e}"))),
+        let left = resolve_file(&symbolizer, &path, build_id, &frames, sources, &mut named);
+        if let Some((n, reason)) = left {
+            unresolved.push(miss(n, &reason));
         }
     }
+    if !jit.is_empty() {
+        let pids = frame_pids(snap);
+        let mut still = Vec::new();
+        for (i, reason) in jit_frames {
+            match jit_name(snap, &jit, &pids, i) {
+                Some((name, dso)) => {
+                    named.names[i] = FrameName {
+                        function: Some(name.clone()),
+                        name,
+                        dso,
+                    }
+                }
+                None => still.push((i, reason)),
+            }
+        }
+        jit_frames = still;
+        for (i, _) in unmapped {
+            if let Some((name, dso)) = jit_name(snap, &jit, &pids, i) {
+                named.names[i] = FrameName {
+                    function: Some(name.clone()),
+                    name,
+                    dso,
+                };
+            }
+        }
+    }
+    // What stays unnamed outside files, by map and reason.
+    let mut left: BTreeMap<(String, Option<String>, String), u64> = BTreeMap::new();
+    for (i, reason) in jit_frames {
+        if let FrameKey::User { map, .. } = snap.frames[i].key {
+            let m = &snap.maps[map as usize];
+            *left
+                .entry((m.path.clone(), m.build_id.as_deref().map(hex), reason))
+                .or_default() += 1;
+        }
+    }
+    for ((file, build_id, reason), frames) in left {
+        unresolved.push(Unresolved {
+            file,
+            build_id,
+            frames,
+            reason,
+        });
+    }
+    unresolved.sort_by(|a, b| a.file.cmp(&b.file));
     if !kernel_frames.is_empty() {
         match kernel_source(snap, sources) {
             Ok((file, delta)) => {
@@ -166,7 +278,9 @@ pub fn resolve(snap: &Snapshot, sources: &SymbolSources) -> Names {
                     ..Kernel::default()
                 };
                 match symbolizer.symbolize(&Source::Kernel(kernel), Input::AbsAddr(&addrs)) {
-                    Ok(syms) => name_frames(&mut names, &movable, syms),
+                    Ok(syms) => {
+                        named.name(&movable, syms);
+                    }
                     Err(e) => {
                         unresolved.push(kernel_miss(snap, kernel_frames.len(), &e.to_string()))
                     }
@@ -182,10 +296,211 @@ pub fn resolve(snap: &Snapshot, sources: &SymbolSources) -> Names {
             Err(reason) => unresolved.push(kernel_miss(snap, kernel_frames.len(), &reason)),
         }
     }
-    Names {
-        frames: names,
-        unresolved,
+    (
+        Names {
+            frames: names,
+            unresolved,
+        },
+        lines,
+    )
+}
+
+/// Where names go as they are found.
+struct Named<'a> {
+    names: &'a mut [FrameName],
+    lines: &'a mut Lines,
+}
+
+impl Named<'_> {
+    /// Names `frames` (frame index, address asked) from `syms` (one per
+    /// frame, in order); returns the frames left unnamed.
+    fn name(&mut self, frames: &[(usize, u64)], syms: Vec<Symbolized>) -> Vec<(usize, u64)> {
+        let mut left = Vec::new();
+        for (&(i, addr), sym) in frames.iter().zip(syms) {
+            match sym {
+                Symbolized::Sym(sym) => self.set(i, &sym),
+                Symbolized::Unknown(_) => left.push((i, addr)),
+            }
+        }
+        left
     }
+
+    fn set(&mut self, i: usize, sym: &Sym) {
+        let function = demangle(&sym.name);
+        self.names[i].name = function.clone();
+        self.names[i].function = Some(function);
+        self.lines.frames[i] = FrameLines {
+            line: sym.code_info.as_deref().map(source_line),
+            inlined: sym
+                .inlined
+                .iter()
+                .map(|f| InlinedFrame {
+                    function: demangle(&f.name),
+                    line: f.code_info.as_ref().map(source_line),
+                })
+                .collect(),
+        };
+    }
+}
+
+fn source_line(c: &CodeInfo) -> SourceLine {
+    let file = match &c.dir {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(&*c.file).display().to_string(),
+        _ => Path::new(&*c.file).display().to_string(),
+    };
+    SourceLine { file, line: c.line }
+}
+
+/// A name as people read it: Rust (legacy and v0) and Itanium C++ names
+/// demangled, anything else as it is (a C function called `a` stays `a`).
+pub fn demangle(name: &str) -> String {
+    if (name.starts_with("_R") || name.starts_with("_ZN"))
+        && let Ok(d) = rustc_demangle::try_demangle(name)
+    {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z")
+        && let Ok(sym) = cpp_demangle::Symbol::new(name)
+        && let Ok(d) = sym.demangle()
+    {
+        return d;
+    }
+    name.to_string()
+}
+
+/// Names the frames of the file at `path` with `build_id` (frame index,
+/// file offset): from its debug file, then its own symbols. Returns how
+/// many stay unnamed and why.
+fn resolve_file(
+    symbolizer: &Symbolizer,
+    path: &str,
+    build_id: &[u8],
+    frames: &[(usize, u64)],
+    sources: &SymbolSources,
+    named: &mut Named,
+) -> Option<(usize, String)> {
+    let mut why = Vec::new();
+    let binary = find_elf(path, build_id, sources)
+        .or_else(|| debug_files::fetch_executable(build_id, sources, &mut why));
+    let debug = debug_files::find(path, build_id, binary.as_ref(), sources, &mut why);
+    let Some(binary) = binary else {
+        let mut reason = "no file with this build-id".to_string();
+        if debug.is_some() {
+            reason.push_str(" (only its debug file, which cannot place the addresses)");
+        }
+        return Some((frames.len(), with_why(reason, &why)));
+    };
+    let mut left = frames.to_vec();
+    let mut failed = Vec::new();
+    if let Some(debug) = &debug {
+        // The debug file is addressed as the binary's virtual addresses.
+        let segments = elf_layout::LoadSegments::read(&binary).unwrap_or_default();
+        let (placed, unplaced): (Vec<_>, Vec<_>) = left
+            .iter()
+            .map(|&(i, off)| (i, off, segments.virt_of(off)))
+            .partition(|(_, _, v)| v.is_some());
+        let virts: Vec<u64> = placed.iter().filter_map(|(_, _, v)| *v).collect();
+        let placed: Vec<(usize, u64)> = placed.iter().map(|&(i, off, _)| (i, off)).collect();
+        let elf = Elf {
+            debug_syms: true,
+            ..Elf::new(fd_path(&debug.file))
+        };
+        left = unplaced.iter().map(|&(i, off, _)| (i, off)).collect();
+        match symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&virts)) {
+            Ok(syms) => left.extend(named.name(&placed, syms)),
+            Err(e) => {
+                failed.push(format!("debug file {}: {e}", debug.from.display()));
+                left.extend(placed);
+            }
+        }
+    }
+    if !left.is_empty() {
+        let offsets: Vec<u64> = left.iter().map(|&(_, o)| o).collect();
+        // Its own DWARF too, when it has some (a build with -g).
+        let elf = Elf {
+            debug_syms: true,
+            ..Elf::new(fd_path(&binary))
+        };
+        match symbolizer.symbolize(&Source::Elf(elf), Input::FileOffset(&offsets)) {
+            Ok(syms) => left = named.name(&left, syms),
+            Err(e) => failed.push(format!("unreadable: {e}")),
+        }
+    }
+    if left.is_empty() {
+        return None;
+    }
+    let reason = match (&debug, failed.is_empty()) {
+        (_, false) => failed.join("; "),
+        (Some(d), true) => format!(
+            "no symbol at these addresses in it or its debug file ({})",
+            d.from.display()
+        ),
+        (None, true) => with_why(
+            "no symbol at these addresses (a stripped file: no debug file with its build-id \
+             under /usr/lib/debug or --symfs; --debuginfod URL fetches one)"
+                .to_string(),
+            &why,
+        ),
+    };
+    Some((left.len(), reason))
+}
+
+fn with_why(reason: String, why: &[String]) -> String {
+    if why.is_empty() {
+        reason
+    } else {
+        format!("{reason}; {}", why.join("; "))
+    }
+}
+
+/// The processes whose samples (on and off CPU) hold each frame.
+fn frame_pids(snap: &Snapshot) -> HashMap<usize, Vec<u32>> {
+    let mut out: HashMap<usize, Vec<u32>> = HashMap::new();
+    let mut add = |thread: u32, stack: u32| {
+        let pid = snap.threads[thread as usize].pid;
+        let Ok(pid) = u32::try_from(pid) else { return };
+        for &f in &snap.stacks[stack as usize] {
+            let pids = out.entry(f as usize).or_default();
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    };
+    for s in &snap.samples {
+        add(s.thread, s.stack);
+    }
+    for o in &snap.off_cpu {
+        add(o.thread, o.stack);
+    }
+    out
+}
+
+/// The name the perf maps give frame `i` (and the map as its file), when
+/// every process holding it names it the same.
+fn jit_name(
+    snap: &Snapshot,
+    jit: &JitSymbols,
+    pids: &HashMap<usize, Vec<u32>>,
+    i: usize,
+) -> Option<(String, String)> {
+    let addr = match snap.frames[i].key {
+        FrameKey::User { map, file_offset } => {
+            let m = &snap.maps[map as usize];
+            file_offset.wrapping_sub(m.pgoff).wrapping_add(m.start)
+        }
+        FrameKey::Unmapped { addr } => addr,
+        FrameKey::Kernel { .. } => return None,
+    };
+    let mut found: Option<(String, String)> = None;
+    for &pid in pids.get(&i)? {
+        let name = jit.name(pid, addr)?;
+        match &found {
+            Some((n, _)) if n != name => return None,
+            Some(_) => {}
+            None => found = Some((name.to_string(), format!("perf-{pid}.map"))),
+        }
+    }
+    found
 }
 
 /// The sources given on the command line that cannot be used, with why:
@@ -247,16 +562,6 @@ fn kernel_miss(snap: &Snapshot, frames: usize, reason: &str) -> Unresolved {
         build_id: snap.kernel_build_id.as_deref().map(hex),
         frames: frames as u64,
         reason: reason.to_string(),
-    }
-}
-
-fn name_frames(names: &mut [FrameName], frames: &[(usize, u64)], syms: Vec<Symbolized>) {
-    for ((i, _), sym) in frames.iter().zip(syms) {
-        if let Symbolized::Sym(sym) = sym {
-            let function = sym.name.to_string();
-            names[*i].name = function.clone();
-            names[*i].function = Some(function);
-        }
     }
 }
 
@@ -324,7 +629,7 @@ fn anonymous(bytes: &[u8]) -> Option<File> {
 /// The build-id cache entries for `build_id` under `dir`: perf's
 /// `.build-id/xx/rest` is a file, or (in `snapctl archive`'s layout and
 /// perf's `~/.debug`) a directory of files.
-fn cache_entries(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
+pub(crate) fn cache_entries(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
     let id = hex(build_id);
     let (xx, rest) = id.split_at(2.min(id.len()));
     let entry = dir.join(".build-id").join(xx).join(rest);
