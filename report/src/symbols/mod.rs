@@ -648,8 +648,15 @@ pub(crate) fn cache_entries(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
 fn find_elf(path: &str, build_id: &[u8], sources: &SymbolSources) -> Option<File> {
     let mut candidates: Vec<(PathBuf, Links)> = Vec::new();
     for dir in &sources.symfs {
+        // A cache entry's debug file has the same build-id but no code:
+        // it is not the file.
         for c in cache_entries(dir, build_id) {
-            candidates.push((c, Links::Follow));
+            if !c
+                .file_name()
+                .is_some_and(|n| n == "debug" || n == "kallsyms")
+            {
+                candidates.push((c, Links::Follow));
+            }
         }
         candidates.push((dir.join(path.trim_start_matches('/')), Links::Follow));
     }
