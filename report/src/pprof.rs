@@ -189,7 +189,7 @@ pub fn profile_with_lines(snap: &Snapshot, names: &Names, lines: &Lines, event: 
     p.duration_nanos = snap.last_ns.saturating_sub(snap.first_ns) as i64;
 
     let mut used_maps: HashMap<MapId, u64> = HashMap::new();
-    let mut functions: HashMap<(String, String), u64> = HashMap::new();
+    let mut functions: HashMap<String, u64> = HashMap::new();
     let mut locations: HashMap<u32, u64> = HashMap::new();
     let (comm, pid, tid) = (
         strings.get("thread"),
@@ -226,10 +226,10 @@ pub fn profile_with_lines(snap: &Snapshot, names: &Names, lines: &Lines, event: 
                     let mut line = Vec::new();
                     for (function, source) in entries {
                         let file = source.map_or(name.dso.as_str(), |s| s.file.as_str());
+                        // One function per name (pprof adds up by
+                        // function), filed under the first file seen.
                         let next_fn = functions.len() as u64 + 1;
-                        let function_id = *functions
-                            .entry((function.to_string(), file.to_string()))
-                            .or_insert(next_fn);
+                        let function_id = *functions.entry(function.to_string()).or_insert(next_fn);
                         if function_id == next_fn {
                             p.function.push(proto::Function {
                                 id: function_id,

@@ -639,7 +639,13 @@ fn node_jit_frames_are_named_after_the_process_exited() {
     let script = work.path().join("loop.js");
     std::fs::write(&script, LOOP_JS).unwrap();
     let d = Daemon::start("");
-    let node = spawn(Command::new("node").arg("--perf-basic-prof").arg(&script));
+    // In the work directory: V8 leaves a log file where it runs.
+    let node = spawn(
+        Command::new("node")
+            .arg("--perf-basic-prof")
+            .arg(&script)
+            .current_dir(work.path()),
+    );
     let pid = node.0.id();
     let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
     // V8 optimized the loop (its map names `JS:*hotLoop`), and ran it.

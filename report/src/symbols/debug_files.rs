@@ -11,7 +11,10 @@
 //! 4. a debuginfod server, when one was asked for.
 //!
 //! The files found are copied (bounded, with a deadline, like the mapped
-//! files themselves) into anonymous temporary files.
+//! files themselves) into anonymous temporary files. Without any, a file's
+//! MiniDebugInfo ([`mini_debuginfo`]: an xz-compressed ELF file of the
+//! function symbols `strip` removed, in its `.gnu_debugdata` section, as
+//! Fedora ships its binaries) still names its local functions.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,10 @@ use super::{SymbolSources, cache_entries, elf_layout, hex};
 
 /// Largest debug file read.
 const MAX_DEBUG_BYTES: u64 = 4 << 30;
+/// Largest `.gnu_debugdata` section read.
+const MAX_MINI_PACKED: usize = 64 << 20;
+/// Largest MiniDebugInfo once decompressed.
+const MAX_MINI_BYTES: u64 = 256 << 20;
 /// Where distributions install debug files.
 pub const DEBUG_DIR: &str = "/usr/lib/debug";
 
@@ -72,6 +79,47 @@ pub fn find(
             why.push(format!("debuginfod: {e}"));
             None
         }
+    }
+}
+
+/// The MiniDebugInfo of `binary` (a copy of a mapped file), decompressed
+/// into an anonymous temporary file; `None` without one, or when it is
+/// not xz or decompresses past [`MAX_MINI_BYTES`].
+pub fn mini_debuginfo(binary: &File) -> Option<File> {
+    use std::io::{Seek, Write};
+    let packed = elf_layout::section(binary, b".gnu_debugdata", MAX_MINI_PACKED)?;
+    let mut out = Bounded {
+        inner: std::io::BufWriter::new(tempfile::tempfile().ok()?),
+        left: MAX_MINI_BYTES,
+    };
+    lzma_rs::xz_decompress(&mut &packed[..], &mut out).ok()?;
+    let mut file = out.inner.into_inner().ok()?;
+    file.flush().ok()?;
+    file.rewind().ok()?;
+    Some(file)
+}
+
+/// A writer that refuses to take more than `left` bytes.
+struct Bounded<W> {
+    inner: W,
+    left: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for Bounded<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() as u64 > self.left {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "MiniDebugInfo larger than allowed",
+            ));
+        }
+        let n = self.inner.write(buf)?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

@@ -392,6 +392,14 @@ fn resolve_file(
     };
     let mut left = frames.to_vec();
     let mut failed = Vec::new();
+    // Without a debug file, the MiniDebugInfo inside the file (Fedora's):
+    // its symbols, addressed like a debug file's.
+    let debug = debug.or_else(|| {
+        debug_files::mini_debuginfo(&binary).map(|file| debug_files::DebugFile {
+            file,
+            from: PathBuf::from(format!("{path} (.gnu_debugdata)")),
+        })
+    });
     if let Some(debug) = &debug {
         // The debug file is addressed as the binary's virtual addresses.
         let segments = elf_layout::LoadSegments::read(&binary).unwrap_or_default();
@@ -848,5 +856,114 @@ mod tests {
         let names = resolve(&snap, &SymbolSources::default());
         assert_eq!(names.frames[0].name, "[kernel.kallsyms]+0x42");
         assert_eq!(names.unresolved.len(), 1);
+    }
+
+    /// Runs `script` with sh in `dir`; false (a skip, or a failure under
+    /// CI) when a tool it needs is missing.
+    fn sh(dir: &Path, script: &str) -> bool {
+        let out = std::process::Command::new("sh")
+            .arg("-ec")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("SKIPPED: {why}");
+        }
+        out.status.success()
+    }
+
+    #[test]
+    fn a_stripped_file_is_named_from_its_minidebuginfo_as_fedora_ships_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("m.c"),
+            "static volatile int sink;\n\
+             __attribute__((noinline)) static void mini_local_fn(void) { for (;;) sink++; }\n\
+             int main(void) { mini_local_fn(); return 0; }\n",
+        )
+        .unwrap();
+        // Fedora's find-debuginfo: the function symbols .dynsym lacks,
+        // in an xz-compressed ELF file added as .gnu_debugdata.
+        let built = sh(
+            dir.path(),
+            "gcc -O2 -g -o m m.c\n\
+             nm -D m --format=posix --defined-only | awk '{ print $1 }' | sort > dynsyms\n\
+             nm m --format=posix --defined-only | awk '{ if ($2 == \"T\" || $2 == \"t\") print $1 }' | sort > funcsyms\n\
+             comm -13 dynsyms funcsyms > keep\n\
+             objcopy --only-keep-debug --remove-section .comment --keep-symbols=keep m mini\n\
+             objcopy -S --remove-section .gdb_index --remove-section .comment --keep-symbols=keep mini\n\
+             xz -f mini\n\
+             objcopy --strip-all m m.stripped\n\
+             objcopy --add-section .gnu_debugdata=mini.xz m.stripped\n\
+             nm m | sed -n 's/^\\([0-9a-f]*\\) t mini_local_fn$/\\1/p' > addr",
+        );
+        if !built {
+            return;
+        }
+        let stripped = dir.path().join("m.stripped");
+        let vaddr = u64::from_str_radix(
+            std::fs::read_to_string(dir.path().join("addr"))
+                .unwrap()
+                .trim(),
+            16,
+        )
+        .unwrap();
+        let file = File::open(&stripped).unwrap();
+        let id = flightrec_files::elf::build_id(&file).unwrap();
+        // The file offset of the function: through the program headers.
+        let segments = elf_layout::LoadSegments::read(&file).unwrap();
+        let offset = (0..1u64 << 24)
+            .find(|&o| segments.virt_of(o) == Some(vaddr + 4))
+            .unwrap();
+        let snap = snap_with_user_frame(stripped.to_str().unwrap(), Some(id));
+        let snap = Snapshot {
+            frames: vec![Frame {
+                key: FrameKey::User {
+                    map: 0,
+                    file_offset: offset,
+                },
+                addr: 0x2000,
+            }],
+            ..snap
+        };
+        let sources = SymbolSources {
+            local_files: true,
+            ..SymbolSources::default()
+        };
+        let names = resolve(&snap, &sources);
+        assert_eq!(
+            names.frames[0].function.as_deref(),
+            Some("mini_local_fn"),
+            "{:?}",
+            names.unresolved
+        );
+        // Without it, the stripped file has no name for it, and says why.
+        assert!(sh(
+            dir.path(),
+            "objcopy --remove-section .gnu_debugdata m.stripped"
+        ));
+        let names = resolve(&snap, &sources);
+        assert_eq!(names.frames[0].function, None);
+        assert!(
+            names.unresolved[0].reason.contains("stripped"),
+            "{:?}",
+            names.unresolved
+        );
+    }
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        assert_eq!(demangle("a"), "a");
+        assert_eq!(demangle("b"), "b");
+        assert_eq!(demangle("burn"), "burn");
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
     }
 }
