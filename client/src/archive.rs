@@ -95,7 +95,9 @@ impl Default for ArchiveOptions {
 pub struct ArchiveSummary {
     /// `(name in the snapshot, build-id in hex, where its bytes came from)`.
     pub added: Vec<(String, String, PathBuf)>,
-    /// Files of the build-id table found nowhere with that build-id.
+    /// Files of the build-id table found nowhere with that build-id, and
+    /// files the snapshot's frames lie in that it has no build-id for
+    /// (`PATH (no build-id recorded)`).
     pub missing: Vec<String>,
     pub bytes: u64,
     /// The mode the archive was given.
@@ -377,12 +379,50 @@ pub fn write_archive(
             }
         }
     }
+    summary.missing.extend(without_build_id(snapshot));
     let mut w = tar.into_inner().map_err(io_err(&tmp))?;
     w.flush().map_err(io_err(&tmp))?;
     drop(w);
     let file = commit(new, out, opts.force)?;
     summary.bytes = file.metadata().map_err(io_err(out))?.len();
     Ok(summary)
+}
+
+/// The files the snapshot's frames lie in that it has no build-id for
+/// (the archive cannot name them by one), each once, saying so. The
+/// records are read whole for it; when they cannot be, the one entry says
+/// why rather than the list going quiet.
+fn without_build_id(snapshot: &Path) -> Vec<String> {
+    use flightrec_report::model::FrameKey;
+    let snap = match flightrec_report::load::read(snapshot, None) {
+        Ok(snap) => snap,
+        Err(e) => return vec![format!("(files without a build-id not listed: {e})")],
+    };
+    let mut files: Vec<String> = snap
+        .frames
+        .iter()
+        .filter_map(|f| match f.key {
+            FrameKey::User { map, .. } => snap.maps.get(map as usize),
+            _ => None,
+        })
+        .filter(|m| m.build_id.is_none() && is_file(&m.path))
+        .map(|m| format!("{} (no build-id recorded)", m.path))
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Whether a mapping's name is a file's, not one of the names the kernel
+/// and perf give anonymous memory (`//anon`, `/anon_hugepage`, `/SYSV…`,
+/// `/dev/zero`), where JIT code lies.
+fn is_file(path: &str) -> bool {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.starts_with("/anon_hugepage")
+        && !path.starts_with("/SYSV")
+        && path != "/dev/zero"
 }
 
 /// The sidecar beside snapshot file `path` (its perf maps), if it is a
@@ -497,6 +537,25 @@ mod tests {
             cache_path("04fb38d7d15da7689ab7aabdcf654a2e538b7ce6", "elf"),
             ".build-id/04/fb38d7d15da7689ab7aabdcf654a2e538b7ce6/elf"
         );
+    }
+
+    #[test]
+    fn anonymous_memory_is_not_listed_as_a_file_without_a_build_id() {
+        for anon in [
+            "//anon",
+            "/anon_hugepage (deleted)",
+            "/SYSV00000000 (deleted)",
+            "/dev/zero",
+        ] {
+            assert!(!is_file(anon), "{anon}");
+        }
+        for file in [
+            "/usr/bin/true",
+            "/tmp/a.out (deleted)",
+            "/memfd:jit (deleted)",
+        ] {
+            assert!(is_file(file), "{file}");
+        }
     }
 
     #[test]

@@ -237,11 +237,22 @@ fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archi
     let exe = gcc(work.path(), "newcomer", NEWCOMER_C, &["-O2"]);
     let program = spawn(&mut Command::new(&exe));
     let pid = program.0.id();
-    // Its maps are in /proc before the daemon starts.
-    wait_for("the program mapped", Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .is_ok_and(|m| m.contains(exe.to_str().unwrap()))
-    });
+    // A program linked without a build-id: nothing can check a file for
+    // it, so it is named nowhere, and said so.
+    let anonymous = gcc(
+        work.path(),
+        "nobuildid",
+        NEWCOMER_C,
+        &["-O2", "-Wl,--build-id=none"],
+    );
+    let anonymous_run = spawn(&mut Command::new(&anonymous));
+    // Their maps are in /proc before the daemon starts.
+    for (pid, exe) in [(pid, &exe), (anonymous_run.0.id(), &anonymous)] {
+        wait_for("the program mapped", Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .is_ok_and(|m| m.contains(exe.to_str().unwrap()))
+        });
+    }
     let d = Daemon::start("");
     let daemon_exe = std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap();
     // The seeded files are read at start: wait until none waits.
@@ -254,6 +265,7 @@ fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archi
         },
     );
     wait_cpu(pid, 100);
+    wait_cpu(anonymous_run.0.id(), 50);
     // Dumps give the daemon's own threads work to be sampled in.
     for _ in 0..3 {
         dump(&d);
@@ -284,6 +296,13 @@ fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archi
     assert!(
         !misses.contains_key(exe.to_str().unwrap()),
         "the program's frames are all named: {misses:?}"
+    );
+    assert_eq!(
+        misses
+            .get(anonymous.to_str().unwrap())
+            .map(|(_, reason)| reason.as_str()),
+        Some("the snapshot has no build-id for it"),
+        "{misses:?}"
     );
 
     let collapsed = out.join("c.folded");
@@ -396,6 +415,16 @@ fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archi
     for file in [exe.to_str().unwrap(), daemon_exe.to_str().unwrap()] {
         assert!(names.contains(&file), "{file} not in {names:?}");
     }
+    let missing: Vec<&str> = archived["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(
+        missing.contains(&format!("{} (no build-id recorded)", anonymous.display()).as_str()),
+        "{missing:?}"
+    );
     // With libc's debug file beside libc.
     assert!(
         names.contains(&format!("{libc} (debug)").as_str())
