@@ -87,6 +87,15 @@ pub enum Command {
         /// are not held by it.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Only this container: its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots, oldest first.
     List,
@@ -174,7 +183,10 @@ pub enum Command {
     /// losses, a per-CPU timeline of what ran (sched_switch), flame graphs
     /// of the sampled events (on CPU) and of the time threads waited (off
     /// CPU, from sched_switch call chains), and the top processes and
-    /// threads. Self-contained: open it in any browser, offline. Frames are
+    /// threads; where the snapshot recorded cgroups, the threads grouped
+    /// by container (named as the sidecar names them, else from the cgroup
+    /// path) with a container filter, and a scoped dump's scope.
+    /// Self-contained: open it in any browser, offline. Frames are
     /// named on this machine from files whose build-id matches the
     /// snapshot's (see --symfs); the others show as FILE+0xOFFSET.
     Report {
@@ -194,9 +206,10 @@ pub enum Command {
     },
     /// Write a snapshot's stacks for other tools: `pprof` (gzipped
     /// profile.proto with two sample types, `samples` of one event and
-    /// `off_cpu` nanoseconds: go tool pprof, Pyroscope, Parca) or
-    /// `collapsed` (folded stacks, `comm;root;...;leaf COUNT`: flamegraph.pl,
-    /// inferno, speedscope).
+    /// `off_cpu` nanoseconds, each sample labelled with its thread and,
+    /// where recorded, its cgroup, container and pod: go tool pprof,
+    /// Pyroscope, Parca) or `collapsed` (folded stacks,
+    /// `comm;root;...;leaf COUNT`: flamegraph.pl, inferno, speedscope).
     Export {
         /// The snapshot's id or a path to a .perf.data file.
         snapshot: String,
@@ -214,6 +227,13 @@ pub enum Command {
         /// collapsed: off-CPU time in microseconds instead of samples.
         #[arg(long)]
         off_cpu: bool,
+        /// collapsed: the root frame of every stack: `thread` (its name,
+        /// the default) or `container` (the container's name, `[host]`
+        /// for samples in none, then the thread's name). pprof labels
+        /// every sample with its container instead (`go tool pprof
+        /// -tagroot=container`).
+        #[arg(long, value_enum, value_name = "ROOT")]
+        by: Option<crate::report::FoldBy>,
         #[command(flatten)]
         symbols: SymbolArgs,
         #[command(flatten)]
@@ -355,6 +375,15 @@ pub enum FleetCommand {
         /// End the windows DUR after TIME.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Every host holds only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Every host holds only this container (the same pod on every node): its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots the daemons uploaded into the bucket.
     ///

@@ -33,8 +33,9 @@ pub use schema::{
     SnapshotConfig, TrackingConfig, default_events,
 };
 pub use trigger::{
-    DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, PsiResource, PsiSpec, TriggerConfig,
-    TriggerOn, check_trigger_name,
+    DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, MAX_CGROUP_BYTES, MAX_TRIGGER_CGROUPS,
+    MemoryCounter, PsiResource, PsiSpec, TriggerConfig, TriggerOn, TriggerScope, check_cgroup_glob,
+    check_trigger_name,
 };
 pub use units::{ByteSize, HumanDuration};
 pub use validate::{

@@ -1,8 +1,8 @@
 //! The sidecar `.<id>.meta` the daemon writes beside each snapshot (JSON):
 //! what triggered it, what a condition matched, when, the uploads it
-//! still waits for, and the JIT symbol maps of its processes. `snapctl
-//! report FILE` reads it when it lies beside the file, as it does in the
-//! output directory.
+//! still waits for, the containers it holds samples of, and the JIT
+//! symbol maps of its processes. `snapctl report FILE` reads it when it
+//! lies beside the file, as it does in the output directory.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,21 @@ pub struct Sidecar {
     /// in sidecars written before they were kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub perf_maps: Vec<PerfMap>,
+    /// The containers the snapshot holds samples of, with their counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<SidecarContainer>,
+    /// What a scoped dump held; empty for the whole machine.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
+}
+
+/// A container of the sidecar: what its cgroup path says and the runtime
+/// told, and how many samples the snapshot holds of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SidecarContainer {
+    #[serde(flatten)]
+    pub container: crate::container::Container,
+    pub samples: u64,
 }
 
 /// The sidecar's file name for snapshot `id`.
@@ -82,6 +97,8 @@ mod tests {
                 window_start_unix_ns: None,
                 window_end_unix_ns: None,
                 perf_maps: vec![],
+                containers: vec![],
+                scope: String::new(),
             }
         );
         assert_eq!(serde_json::to_string(&s).unwrap(), old);
@@ -106,6 +123,23 @@ mod tests {
         );
         let back: Sidecar = serde_json::from_str(&text).unwrap();
         assert_eq!(back, full);
+        let scoped = Sidecar {
+            scope: "container:web".into(),
+            containers: vec![SidecarContainer {
+                container: crate::container::Container {
+                    runtime: "podman".into(),
+                    id: "a2ad".into(),
+                    cgroup: "/libpod_parent/libpod-a2ad".into(),
+                    name: "web".into(),
+                    ..Default::default()
+                },
+                samples: 3,
+            }],
+            ..full
+        };
+        let text = serde_json::to_string(&scoped).unwrap();
+        assert!(text.contains(r#""runtime":"podman","id":"a2ad""#), "{text}");
+        assert_eq!(serde_json::from_str::<Sidecar>(&text).unwrap(), scoped);
         assert_eq!(file_name("h-1"), ".h-1.meta");
     }
 }

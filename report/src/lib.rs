@@ -1,11 +1,13 @@
 //! What a snapshot shows, for people and for the tools they run: a
 //! self-contained HTML report ([`html`]), pprof ([`pprof`]) and folded
 //! stacks ([`stacks::folded`]), with on-CPU samples and off-CPU time
-//! ([`load`] reads the file, [`symbols`] names the frames). Runs where
-//! `snapctl` runs, with the caller's rights; no `unsafe`.
+//! ([`load`] reads the file, [`symbols`] names the frames, [`cgroups`]
+//! the containers). Runs where `snapctl` runs, with the caller's rights;
+//! no `unsafe`.
 
 #![forbid(unsafe_code)]
 
+pub mod cgroups;
 pub mod html;
 pub mod load;
 pub mod model;

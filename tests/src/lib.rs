@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod containers;
 pub mod fleet;
 pub mod layers;
 mod nats;
@@ -561,6 +562,13 @@ impl Load {
                 })
                 .collect(),
         )
+    }
+}
+
+/// One process, killed and reaped when dropped.
+impl From<std::process::Child> for Load {
+    fn from(child: std::process::Child) -> Self {
+        Load(vec![child])
     }
 }
 

@@ -35,6 +35,7 @@ pub fn request_json(
     select: &BTreeMap<String, String>,
     compress: bool,
     window: WindowArgs,
+    (cgroups, containers): (&[String], &[String]),
 ) -> Value {
     let mut v = json!({});
     if let Some(l) = label {
@@ -55,6 +56,12 @@ pub fn request_json(
     }
     if let Some(after) = window.after {
         v["after"] = json!(humantime::format_duration(after).to_string());
+    }
+    if !cgroups.is_empty() {
+        v["cgroup"] = json!(cgroups);
+    }
+    if !containers.is_empty() {
+        v["container"] = json!(containers);
     }
     v
 }
@@ -221,10 +228,13 @@ mod tests {
     #[test]
     fn the_request_has_only_what_was_asked() {
         let none = WindowArgs::default();
-        assert_eq!(request_json(None, &BTreeMap::new(), false, none), json!({}));
+        assert_eq!(
+            request_json(None, &BTreeMap::new(), false, none, (&[], &[])),
+            json!({})
+        );
         let select = BTreeMap::from([("role".to_string(), "db".to_string())]);
         assert_eq!(
-            request_json(Some("x"), &select, true, none),
+            request_json(Some("x"), &select, true, none, (&[], &[])),
             json!({"label": "x", "select": {"role": "db"}, "compress": true})
         );
         let window = WindowArgs {
@@ -233,7 +243,7 @@ mod tests {
             after: Some(Duration::from_millis(1500)),
         };
         assert_eq!(
-            request_json(None, &BTreeMap::new(), false, window),
+            request_json(None, &BTreeMap::new(), false, window, (&[], &[])),
             json!({"at": "2026-11-23T21:04:05.500000000Z", "before": "10s", "after": "1s 500ms"})
         );
     }

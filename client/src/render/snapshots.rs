@@ -19,6 +19,22 @@ pub fn snapshot_json(s: &pb::Snapshot) -> Value {
         "seq": s.seq,
         "window_start_unix_ns": known(s.window_start_unix_ns),
         "window_end_unix_ns": known(s.window_end_unix_ns),
+        "containers": s.containers.iter().map(container_json).collect::<Vec<_>>(),
+        "scope": s.scope,
+    })
+}
+
+/// A container a snapshot holds samples of.
+pub fn container_json(c: &pb::Container) -> Value {
+    json!({
+        "runtime": c.runtime,
+        "id": c.id,
+        "name": c.name,
+        "cgroup": c.cgroup,
+        "pod_uid": c.pod_uid,
+        "pod": c.pod,
+        "namespace": c.namespace,
+        "samples": c.samples,
     })
 }
 
@@ -312,6 +328,14 @@ mod tests {
             matched: String::new(),
             window_start_unix_ns: 1_795_212_690_452_000_000,
             window_end_unix_ns: 1_795_212_693_401_000_000,
+            containers: vec![pb::Container {
+                runtime: "podman".into(),
+                id: "a2ad75582abe".into(),
+                name: "busy1".into(),
+                samples: 7,
+                ..Default::default()
+            }],
+            scope: String::new(),
         }
     }
 

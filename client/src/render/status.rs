@@ -5,7 +5,7 @@ use flightrec_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use super::fleet_status::{fleet_lines, fleet_status_json};
-use super::format::{duration, human_bytes, table};
+use super::format::{duration, human_bytes, shown, table};
 use super::snapshots::timings_json;
 use super::triggers::triggers_json;
 
@@ -40,6 +40,13 @@ fn status_json(
         "triggers": triggers_json(r),
         "fleet": fleet_status_json(r.fleet.as_ref()),
         "history": r.history.as_ref().map(history_json),
+        "cgroups": r.cgroups.as_ref().map(|c| json!({
+            "recorded": c.recorded,
+            "hierarchy": c.hierarchy,
+            "known": c.known,
+            "dropped": c.dropped,
+            "reason": c.reason,
+        })),
     })
 }
 
@@ -117,6 +124,7 @@ fn status_text(
     out.extend(r.events.iter().map(event_line));
     out.extend(cpu_lines(&r.cpus, r.history.is_some()));
     out.extend(r.history.as_ref().map(history_line));
+    out.extend(r.cgroups.as_ref().map(cgroups_line));
     out.extend(tracking_lines(tracking));
     out.push(store_line(store));
     out.push(dumps_line(r.dumps, r.last_dump.as_ref()));
@@ -208,6 +216,23 @@ fn cpu_lines(cpus: &[pb::CpuStatus], history: bool) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Whether samples say which cgroup (service, container) they are of.
+fn cgroups_line(c: &pb::CgroupStatus) -> String {
+    if c.recorded {
+        let mut line = format!(
+            "cgroups: every sample's recorded, {} known ({})",
+            c.known,
+            shown(&c.hierarchy)
+        );
+        if c.dropped > 0 {
+            line.push_str(&format!(", {} forgotten to stay bounded", c.dropped));
+        }
+        line
+    } else {
+        format!("cgroups: not recorded: {}", shown(&c.reason))
+    }
 }
 
 /// The history's use of its budget, how far back it reaches, and why it

@@ -19,6 +19,7 @@ pub(super) fn triggers_json(r: &pb::StatusReply) -> Value {
                 "suppressed": t.suppressed,
                 "last_fired_unix_ns": t.last_fired_unix_ns,
                 "last_matched": t.last_matched,
+                "scope": t.scope,
             })
         })
         .collect()
@@ -41,6 +42,7 @@ pub fn triggers(r: &pb::StatusReply, as_json: bool) -> String {
             "DUMPED",
             "SUPPRESSED",
             "LAST FIRED",
+            "SCOPE",
             "CONDITION",
         ],
         &rows,
@@ -58,6 +60,11 @@ fn trigger_row(t: &pb::TriggerStatus) -> Vec<String> {
             "never".into()
         } else {
             utc(t.last_fired_unix_ns)
+        },
+        if t.scope.is_empty() {
+            "machine".into()
+        } else {
+            t.scope.clone()
         },
         t.condition.clone(),
     ]
@@ -82,14 +89,16 @@ mod tests {
             fired: 2,
             dumped: 1,
             suppressed: 1,
+            scope: "matched".into(),
             ..Default::default()
         }];
         let text = triggers(&r, false);
         assert_eq!(
             text.lines().nth(1),
-            Some("oom   kmsg  2      1       1           never       Out of memory")
+            Some("oom   kmsg  2      1       1           never       matched  Out of memory")
         );
         let v: Value = serde_json::from_str(&triggers(&r, true)).unwrap();
         assert_eq!(v["triggers"][0]["condition"], "Out of memory");
+        assert_eq!(v["triggers"][0]["scope"], "matched");
     }
 }

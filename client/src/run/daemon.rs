@@ -57,6 +57,8 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
             at,
             before,
             after,
+            cgroups,
+            containers,
         } => {
             // A dump may wait for its slot (snapshot.min_interval), for the
             // end of its window, and take long to write.
@@ -67,6 +69,8 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
                     at_unix_ns: at,
                     before_ns: before.map(nanos),
                     after_ns: after.map(nanos),
+                    cgroup: cgroups,
+                    container: containers,
                 }))
                 .await?;
             if r.window_missing_ns > 0 && !json {

@@ -69,6 +69,8 @@ pub(super) async fn run(
             at,
             before,
             after,
+            cgroups,
+            containers,
         } => {
             let select: BTreeMap<String, String> = select.into_iter().collect();
             let window = WindowArgs {
@@ -76,7 +78,13 @@ pub(super) async fn run(
                 before,
                 after,
             };
-            let request = request_json(label.as_deref(), &select, compress, window);
+            let request = request_json(
+                label.as_deref(),
+                &select,
+                compress,
+                window,
+                (&cgroups, &containers),
+            );
             let expect = expected_hosts(host.as_deref(), expect);
             let result =
                 crate::fleet::dump(&target, host.as_deref(), &request, wait, &expect, timeout)

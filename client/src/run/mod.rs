@@ -86,6 +86,7 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             output,
             event,
             off_cpu,
+            by,
             symbols,
             limits,
             force,
@@ -94,6 +95,7 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
                 format,
                 event,
                 off_cpu,
+                by,
                 max_decompressed: limits.max_decompressed,
                 force,
             };

@@ -277,6 +277,8 @@ mod tests {
             seq: 0,
             pending_uploads: Vec::new(),
             window: None,
+            containers: Vec::new(),
+            scope: String::new(),
         }
     }
 

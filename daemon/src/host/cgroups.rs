@@ -48,6 +48,30 @@ pub fn find_hierarchy(mounts: &str) -> Option<CgroupHierarchy> {
     v2
 }
 
+/// The mounts of the cgroup2 hierarchy and of the v1 hierarchy that has
+/// `controller` (e.g. `memory` beside cgroup2 on a hybrid host), from the
+/// text of /proc/mounts: the `[[trigger]]` conditions read PSI files and
+/// memory counters there.
+pub fn find_mounts(mounts: &str, controller: &str) -> (Option<PathBuf>, Option<PathBuf>) {
+    let (mut v2, mut v1) = (None, None);
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(dir), Some(fstype), Some(options)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        match fstype {
+            "cgroup" if v1.is_none() && options.split(',').any(|o| o == controller) => {
+                v1 = Some(PathBuf::from(unescape(dir)));
+            }
+            "cgroup2" => v2 = Some(PathBuf::from(unescape(dir))),
+            _ => {}
+        }
+    }
+    (v2, v1)
+}
+
 /// /proc/mounts writes a space in a path as `\040` (and tab, newline,
 /// backslash likewise).
 fn unescape(field: &str) -> String {
@@ -149,6 +173,20 @@ mod tests {
             })
         );
         assert_eq!(find_hierarchy("proc /proc proc rw 0 0\n"), None);
+        assert_eq!(
+            find_mounts(
+                &format!("{hybrid}cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n"),
+                "memory"
+            ),
+            (
+                Some("/sys/fs/cgroup/unified".into()),
+                Some("/sys/fs/cgroup/memory".into())
+            )
+        );
+        assert_eq!(
+            find_mounts(hybrid, "memory"),
+            (Some("/sys/fs/cgroup/unified".into()), None)
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub use modules::{
     KernelModule, PROC_MODULES, bare_modules, describe_modules, parse_build_id_note,
     parse_modules_dep, parse_proc_modules,
 };
-pub use tracing::{TracepointFormat, TracingSource, format_id};
+pub use tracing::{TracepointFormat, TracingSource, format_field, format_id};
 
 #[derive(Debug, Error)]
 pub enum HostInfoError {

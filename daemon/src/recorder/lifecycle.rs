@@ -49,6 +49,8 @@ pub struct RecorderConfig {
     /// Record each sample's cgroup id, and name every cgroup of this
     /// hierarchy (`[containers] cgroups`).
     pub cgroups: Option<CgroupHierarchy>,
+    /// Why `cgroups` is None, for `status`.
+    pub cgroups_off: Option<String>,
 }
 
 impl Default for RecorderConfig {
@@ -63,6 +65,7 @@ impl Default for RecorderConfig {
             lossless_freeze: true,
             history_ring_bytes_per_cpu: None,
             cgroups: None,
+            cgroups_off: None,
         }
     }
 }
@@ -113,6 +116,10 @@ pub struct Recorder {
     pub(super) host: Arc<HostInfo>,
     pub(super) event_info: Vec<EventInfo>,
     pub(super) captures: AtomicU64,
+    /// Where the cgroup ids samples carry are from (None: not recorded).
+    pub(super) cgroup_hierarchy: Option<std::path::PathBuf>,
+    /// Why cgroup ids are not recorded, when they are not.
+    pub(super) cgroup_reason: Option<String>,
 }
 
 impl Recorder {
@@ -234,6 +241,8 @@ impl Recorder {
             live,
             kernel_text,
             captures: AtomicU64::new(0),
+            cgroup_hierarchy: config.cgroups.as_ref().map(|h| h.mount.clone()),
+            cgroup_reason: config.cgroups_off.clone(),
         })
     }
 
@@ -340,6 +349,14 @@ impl Recorder {
             records,
             dropped,
         })
+    }
+
+    /// Every cgroup known (empty when cgroup ids are not recorded).
+    pub fn cgroups(&self) -> Vec<(u64, Arc<str>)> {
+        lock(&self.live.tracking)
+            .cgroups()
+            .map(|c| c.all())
+            .unwrap_or_default()
     }
 
     /// Drains the tracking rings now (captures do this themselves).

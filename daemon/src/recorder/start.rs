@@ -109,6 +109,13 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
         // the writer drains it every fraction of a second, and has that
         // long to catch up when the machine keeps it from running.
         cgroups: cgroup_hierarchy(config),
+        cgroups_off: if !config.containers.cgroups {
+            Some("[containers] cgroups = false".into())
+        } else if crate::host::cgroups::this_hierarchy().is_none() {
+            Some("no cgroup2 mount and no v1 perf_event mount".into())
+        } else {
+            None
+        },
         history_ring_bytes_per_cpu: config.history.enabled.then(|| {
             config
                 .buffers

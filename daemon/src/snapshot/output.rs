@@ -141,6 +141,8 @@ pub struct WrittenSnapshot {
     /// File size.
     pub bytes: u64,
     pub summary: DataSummary,
+    /// Samples written per cgroup id.
+    pub cgroups: std::collections::BTreeMap<u64, u64>,
     /// Encoding (and compression) plus writing and syncing.
     pub elapsed: Duration,
 }
@@ -232,7 +234,12 @@ pub fn write_snapshot_in_group(
         capture.events.clone(),
         opts.compression,
         &capture.loaded_modules,
-        |encoder| encode_capture(encoder, capture).map_err(Fill::Encode),
+        |encoder| {
+            if let Some(scope) = &opts.scope {
+                encoder.set_scope(scope.clone());
+            }
+            encode_capture(encoder, capture).map_err(Fill::Encode)
+        },
     )
 }
 
@@ -310,6 +317,7 @@ where
             source,
         },
     })?;
+    let cgroups = encoder.sampled_cgroups().clone();
     let (out, summary) = encoder.finish(loaded).map_err(encode_err)?;
     let bytes = out.finish().map_err(|source| SnapshotError::Write {
         path: path.clone(),
@@ -320,6 +328,7 @@ where
         path,
         bytes,
         summary,
+        cgroups,
         elapsed: started.elapsed(),
     })
 }
@@ -360,6 +369,7 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
         path: path.into(),
         bytes: written,
         summary: data.summary,
+        cgroups: Default::default(),
         elapsed: started.elapsed(),
     })
 }
@@ -581,6 +591,7 @@ mod tests {
         let opts = WriteOptions {
             compression: Some(1),
             host: Some(std::sync::Arc::new(synthetic_host(SCHED_SWITCH_FORMAT))),
+            scope: None,
         };
         let capture = synthetic_capture(&SyntheticSpec::default());
         let results: Vec<_> = ["a.data", "b.data", "a.data"]

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::{SnapshotName, Store, StoreError, parse_id, read_compressed_flag};
 use crate::time::WallTime;
+use flightrec_proto::sidecar::SidecarContainer;
 
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +30,10 @@ pub struct SnapshotInfo {
     /// The window it holds (None for a snapshot written before it was
     /// kept).
     pub window: Option<(WallTime, WallTime)>,
+    /// The containers it holds samples of.
+    pub containers: Vec<SidecarContainer>,
+    /// What a scoped dump held; empty for the whole machine.
+    pub scope: String,
 }
 
 /// The sidecar `.<id>.meta`.
@@ -72,11 +77,17 @@ impl Store {
             matched: meta
                 .as_ref()
                 .map_or_else(String::new, |m| m.matched.clone()),
-            created_unix_ns: meta.map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
-                m.created_unix_ns
-            }),
+            created_unix_ns: meta
+                .as_ref()
+                .map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
+                    m.created_unix_ns
+                }),
             seq: n.seq,
             window,
+            containers: meta
+                .as_ref()
+                .map_or_else(Vec::new, |m| m.containers.clone()),
+            scope: meta.as_ref().map_or_else(String::new, |m| m.scope.clone()),
             id,
             path,
         })

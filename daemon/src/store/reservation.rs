@@ -39,6 +39,20 @@ impl Store {
         now: SystemTime,
         window: Option<(WallTime, WallTime)>,
     ) -> Result<Reservation, StoreError> {
+        self.reserve_scoped(label, trigger, matched, now, window, "")
+    }
+
+    /// [`Store::reserve`] for a snapshot of part of the machine (`scope`,
+    /// as `List` shows it; empty: the whole machine).
+    pub fn reserve_scoped(
+        &self,
+        label: Option<&str>,
+        trigger: &str,
+        matched: &str,
+        now: SystemTime,
+        window: Option<(WallTime, WallTime)>,
+        scope: &str,
+    ) -> Result<Reservation, StoreError> {
         if let Some(l) = label {
             validate_label(l)?;
         }
@@ -71,6 +85,8 @@ impl Store {
             window_end_unix_ns: window.map(|w| w.1.as_unix_nanos()),
             // Copied once the snapshot is written (Store::keep_perf_maps).
             perf_maps: Vec::new(),
+            containers: Vec::new(),
+            scope: scope.to_string(),
         };
         self.write_sidecar(&r.id(), &meta)?;
         Ok(r)

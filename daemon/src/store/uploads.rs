@@ -38,6 +38,22 @@ impl Store {
     /// or is no longer configured). Returns false when the snapshot is gone
     /// (removed meanwhile): nothing is written then.
     pub fn settle_upload(&self, id: &str, destination: &str) -> Result<bool, StoreError> {
+        self.update_sidecar(id, |meta| meta.uploads.retain(|d| d != destination))
+    }
+
+    /// Says in snapshot `id`'s sidecar which containers it holds samples
+    /// of (known once it is written). Returns false when it is gone.
+    pub fn set_containers(
+        &self,
+        id: &str,
+        containers: Vec<flightrec_proto::sidecar::SidecarContainer>,
+    ) -> Result<bool, StoreError> {
+        self.update_sidecar(id, |meta| meta.containers = containers)
+    }
+
+    /// Changes snapshot `id`'s sidecar with `change`, under the snapshot's
+    /// lock; false (nothing written) when the snapshot is gone.
+    fn update_sidecar(&self, id: &str, change: impl FnOnce(&mut Meta)) -> Result<bool, StoreError> {
         let n = parse_id(id)?;
         let _lock = self.lock_snapshot(&n.id());
         let path = self.sidecar_path(id);
@@ -52,7 +68,7 @@ impl Store {
         if self.dir.join(n.file_name()).symlink_metadata().is_err() {
             return Ok(false);
         }
-        meta.uploads.retain(|d| d != destination);
+        change(&mut meta);
         self.write_sidecar(id, &meta)?;
         Ok(true)
     }
@@ -64,22 +80,7 @@ impl Store {
         if maps.is_empty() {
             return;
         }
-        let Ok(n) = parse_id(id) else { return };
-        let _lock = self.lock_snapshot(&n.id());
-        let kept = self
-            .read_sidecar(id)
-            .and_then(|b| {
-                serde_json::from_slice::<Meta>(&b)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-            })
-            .map_err(|source| StoreError::WriteMeta {
-                path: self.sidecar_path(id),
-                source,
-            })
-            .and_then(|mut meta| {
-                meta.perf_maps = maps;
-                self.write_sidecar(id, &meta)
-            });
+        let kept = self.update_sidecar(id, |meta| meta.perf_maps = maps);
         if let Err(e) = kept {
             tracing::warn!("the perf maps of snapshot {id} were not kept: {e}");
         }

@@ -19,8 +19,9 @@ pub struct Args {
     /// Scenarios to run (overhead, snapshot, trigger, compression, scaling,
     /// memory, loss, lookback, fleet; compress-priority, history (about
     /// 20 minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
-    /// sched_switch call chains or switch records) and report (`snapctl report`/`export` vs `perf report`),
-    /// only when named).
+    /// sched_switch call chains or switch records), report (`snapctl report`/`export` vs `perf report`)
+    /// and cgroups (cgroup ids on and off, a dump scoped to one cgroup,
+    /// memory for 1,000 cgroups), only when named).
     #[arg(
         long,
         value_delimiter = ',',

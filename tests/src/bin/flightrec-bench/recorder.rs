@@ -105,6 +105,10 @@ pub struct Setup {
     pub disk_ring: Option<u64>,
     /// `cpu-clock`'s frequency instead of 999 Hz (both tools).
     pub clock_hz: Option<u32>,
+    /// Every sample's cgroup id and the cgroups named in the snapshot:
+    /// flightrec's `[containers] cgroups` (on by default), perf's
+    /// `--all-cgroups`.
+    pub cgroups: bool,
 }
 
 /// Files in perf's disk ring (`--switch-max-files`).
@@ -130,6 +134,7 @@ impl Setup {
             fleet: None,
             disk_ring: None,
             clock_hz: None,
+            cgroups: true,
         }
     }
 
@@ -247,12 +252,14 @@ impl Recorder {
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
                          [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n\n\
-                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n{history}{fleet}",
+                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n\
+                         [containers]\ncgroups = {cgroups}\nruntime_sockets = []\n\n{history}{fleet}",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
                         lossless = setup.lossless_freeze,
                         events = setup.flightrec_events(),
+                        cgroups = setup.cgroups,
                     ),
                 )?;
                 Command::new(flightrec_tests::bin_path("flightrecd"))
@@ -296,6 +303,9 @@ impl Recorder {
                 }
                 if setup.monotonic {
                     cmd.args(["-k", "monotonic"]);
+                }
+                if setup.cgroups {
+                    cmd.arg("--all-cgroups");
                 }
                 cmd.stdout(Stdio::null())
                     .stderr(log)
