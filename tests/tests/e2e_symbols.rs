@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, free_port, require_root, snapshot_id, unpack};
+use flightrec_tests::{Daemon, free_port, require_root, snapshot_id, test_config, unpack};
 
 /// Spins in `newcomer_hot_loop`, and sorts with libc's `qsort` (whose
 /// merge sort, `msort_with_tmp`, is a local symbol of libc: only libc's
@@ -53,7 +53,9 @@ __attribute__((noinline)) void fetched_hot_loop(void) {
 int main(void) { for (;;) fetched_hot_loop(); }
 "#;
 
-/// A JavaScript loop V8 compiles (`hotLoop`, optimized as `JS:*hotLoop`).
+/// A JavaScript loop V8 compiles: `hotLoop`, optimized as `JS:*hotLoop`,
+/// and later `outer`, replaced on its stack (OSR) by `JS:*outer` with
+/// `hotLoop` inlined, which then takes most samples; when is V8's choice.
 const LOOP_JS: &str = r#"
 function hotLoop(n) { let s = 0; for (let i = 0; i < n; i++) s += Math.sqrt(i) * (i & 7); return s; }
 function outer() { let t = 0; for (;;) t += hotLoop(100000); }
@@ -149,9 +151,22 @@ fn wait_cpu(pid: u32, ticks: u64) {
     let start = used();
     wait_for(
         &format!("pid {pid} on CPU"),
-        Duration::from_secs(30),
+        // A machine shared with a load of hundreds of runnable tasks gives
+        // a second of CPU in a minute or two.
+        Duration::from_secs(120),
         || used() >= start + ticks,
     );
+}
+
+/// A daemon whose rings hold every sample since it started: the tests
+/// count a program's samples in a snapshot, and on a busy machine (other
+/// programs' deep stacks, many switches) 256 KiB a CPU holds about a
+/// second.
+fn roomy_daemon() -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = test_config(dir.path(), "").replace("per_cpu = \"256KiB\"", "per_cpu = \"8MiB\"");
+    assert!(text.contains("per_cpu = \"8MiB\""), "{text}");
+    Daemon::start_in(dir, &text, &[])
 }
 
 /// `snapctl dump`: the snapshot's path.
@@ -253,7 +268,7 @@ fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archi
                 .is_ok_and(|m| m.contains(exe.to_str().unwrap()))
         });
     }
-    let d = Daemon::start("");
+    let d = roomy_daemon();
     let daemon_exe = std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap();
     // The seeded files are read at start: wait until none waits.
     wait_for(
@@ -556,7 +571,7 @@ fn a_stripped_program_is_named_from_debuginfod_only_when_asked() {
         },
     );
 
-    let d = Daemon::start("");
+    let d = roomy_daemon();
     let program = spawn(&mut Command::new(&stripped));
     wait_cpu(program.0.id(), 100);
     let snapshot = dump(&d);
@@ -667,7 +682,7 @@ fn node_jit_frames_are_named_after_the_process_exited() {
     let work = tempfile::tempdir().unwrap();
     let script = work.path().join("loop.js");
     std::fs::write(&script, LOOP_JS).unwrap();
-    let d = Daemon::start("");
+    let d = roomy_daemon();
     // In the work directory: V8 leaves a log file where it runs.
     let node = spawn(
         Command::new("node")
@@ -708,15 +723,19 @@ fn node_jit_frames_are_named_after_the_process_exited() {
     let stacks = folded(&out);
     let of_node: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == "node").collect();
     let samples: u64 = of_node.iter().map(|(_, n)| n).sum();
-    let in_hot_loop: u64 = of_node
+    // In the loop's optimized code, named by function.
+    let in_loop: u64 = of_node
         .iter()
-        .filter(|(f, _)| f.iter().any(|x| x.starts_with("JS:*hotLoop ")))
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|x| x.starts_with("JS:*hotLoop ") || x.starts_with("JS:*outer "))
+        })
         .map(|(_, n)| n)
         .sum();
     assert!(samples >= 50, "samples of node: {samples}");
     assert!(
-        in_hot_loop * 2 >= samples,
-        "{in_hot_loop} of {samples} node samples in JS:*hotLoop: {:?}",
+        in_loop * 2 >= samples,
+        "{in_loop} of {samples} node samples in JS:*hotLoop or JS:*outer: {:?} {of_node:?}",
         unresolved(&summary)
     );
     // No JIT frame of node is left as an anonymous address.
