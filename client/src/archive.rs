@@ -30,6 +30,9 @@ use flightrec_perfdata::format::bit;
 use flightrec_perfdata::reader::{
     self, BuildIdTableEntry, FileLayout, PlainFile, ReadError, default_limit,
 };
+use flightrec_report::SymbolSources;
+use flightrec_report::symbols::debug_files;
+use flightrec_report::symbols::debuginfod::Debuginfod;
 use thiserror::Error;
 
 /// Bytes copied at a time into an output.
@@ -65,13 +68,16 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
 }
 
 /// What an archive holds besides the snapshot, and how it is written.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ArchiveOptions {
     /// The running kernel's /proc/kallsyms, for kernel symbols (the
     /// archive is then never readable by others).
     pub kallsyms: bool,
     /// Replace an existing output file.
     pub force: bool,
+    /// Where debug files not on this machine are fetched from (None:
+    /// nowhere).
+    pub debuginfod: Option<Debuginfod>,
 }
 
 impl Default for ArchiveOptions {
@@ -79,6 +85,7 @@ impl Default for ArchiveOptions {
         ArchiveOptions {
             kallsyms: true,
             force: false,
+            debuginfod: None,
         }
     }
 }
@@ -88,7 +95,9 @@ impl Default for ArchiveOptions {
 pub struct ArchiveSummary {
     /// `(name in the snapshot, build-id in hex, where its bytes came from)`.
     pub added: Vec<(String, String, PathBuf)>,
-    /// Files of the build-id table found nowhere with that build-id.
+    /// Files of the build-id table found nowhere with that build-id, and
+    /// files the snapshot's frames lie in that it has no build-id for
+    /// (`PATH (no build-id recorded)`).
     pub missing: Vec<String>,
     pub bytes: u64,
     /// The mode the archive was given.
@@ -246,12 +255,14 @@ fn copy_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<File> 
     flightrec_files::elf::copy_if_build_id(path, links, build_id, MAX_FILE_BYTES)
 }
 
-/// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME`, and
-/// per build-id table entry the file with that build-id under
-/// [`cache_path`] (`elf`; `kallsyms` for the running kernel, unless
-/// `opts.kallsyms` is false). Extract it into a directory DIR and `perf
-/// --buildid-dir DIR report -i NAME` resolves the symbols of files since
-/// deleted, upgraded or absent.
+/// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME` and its
+/// sidecar (the perf maps of its JIT code) beside it, and per build-id
+/// table entry the file with that build-id under [`cache_path`] (`elf`;
+/// its separate debug file, found as `snapctl report` finds it, as
+/// `debug`; `kallsyms` for the running kernel, unless `opts.kallsyms` is
+/// false). Extract it into a directory DIR and `perf --buildid-dir DIR
+/// report -i NAME` (or `snapctl report --symfs DIR DIR/NAME`) resolves the
+/// symbols of files since deleted, upgraded or absent.
 pub fn write_archive(
     snapshot: &Path,
     out: &Path,
@@ -279,6 +290,15 @@ pub fn write_archive(
     );
     file.seek(SeekFrom::Start(0)).map_err(io_err(snapshot))?;
     append_exactly(&mut tar, &name, &mut file, layout.len, 0o640).map_err(io_err(&tmp))?;
+    if let Some(side) = sidecar_of(snapshot) {
+        let side_name = format!(".{}.meta", name.strip_suffix(".perf.data").unwrap_or(&name));
+        append_bytes(&mut tar, &side_name, &side, 0o640).map_err(io_err(&tmp))?;
+    }
+    let debug_sources = SymbolSources {
+        local_files: true,
+        debuginfod: opts.debuginfod.clone(),
+        ..SymbolSources::default()
+    };
 
     let mut summary = ArchiveSummary {
         mode: access.mode,
@@ -320,8 +340,25 @@ pub fn write_archive(
         let found = loop {
             if let Some((c, links)) = candidates.pop() {
                 if let Some(elf) = copy_if_build_id(&c, links, &build_id) {
+                    let mut why = Vec::new();
+                    let debug = debug_files::find(
+                        &filename,
+                        &build_id,
+                        Some(&elf),
+                        &debug_sources,
+                        &mut why,
+                    );
                     append_file(&mut tar, &cache_path(&id_hex, "elf"), elf, 0o644)
                         .map_err(io_err(&tmp))?;
+                    if let Some(debug) = debug {
+                        append_file(&mut tar, &cache_path(&id_hex, "debug"), debug.file, 0o644)
+                            .map_err(io_err(&tmp))?;
+                        summary.added.push((
+                            format!("{filename} (debug)"),
+                            id_hex.clone(),
+                            debug.from,
+                        ));
+                    }
                     break Some(c);
                 }
                 continue;
@@ -342,12 +379,60 @@ pub fn write_archive(
             }
         }
     }
+    summary.missing.extend(without_build_id(snapshot));
     let mut w = tar.into_inner().map_err(io_err(&tmp))?;
     w.flush().map_err(io_err(&tmp))?;
     drop(w);
     let file = commit(new, out, opts.force)?;
     summary.bytes = file.metadata().map_err(io_err(out))?.len();
     Ok(summary)
+}
+
+/// The files the snapshot's frames lie in that it has no build-id for
+/// (the archive cannot name them by one), each once, saying so. The
+/// records are read whole for it; when they cannot be, the one entry says
+/// why rather than the list going quiet.
+fn without_build_id(snapshot: &Path) -> Vec<String> {
+    use flightrec_report::model::FrameKey;
+    let snap = match flightrec_report::load::read(snapshot, None) {
+        Ok(snap) => snap,
+        Err(e) => return vec![format!("(files without a build-id not listed: {e})")],
+    };
+    let mut files: Vec<String> = snap
+        .frames
+        .iter()
+        .filter_map(|f| match f.key {
+            FrameKey::User { map, .. } => snap.maps.get(map as usize),
+            _ => None,
+        })
+        .filter(|m| m.build_id.is_none() && is_file(&m.path))
+        .map(|m| format!("{} (no build-id recorded)", m.path))
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Whether a mapping's name is a file's, not one of the names the kernel
+/// and perf give anonymous memory (`//anon`, `/anon_hugepage`, `/SYSV…`,
+/// `/dev/zero`), where JIT code lies.
+fn is_file(path: &str) -> bool {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.starts_with("/anon_hugepage")
+        && !path.starts_with("/SYSV")
+        && path != "/dev/zero"
+}
+
+/// The sidecar beside snapshot file `path` (its perf maps), if it is a
+/// regular file (not followed as a link) of a sidecar's size.
+fn sidecar_of(path: &Path) -> Option<Vec<u8>> {
+    let name = path.file_name()?.to_str()?;
+    let id = name.strip_suffix(".perf.data").unwrap_or(name);
+    let side = path.with_file_name(flightrec_proto::sidecar::file_name(id));
+    let (mut f, _) = open_regular(&side, Links::Refuse).ok()?;
+    flightrec_files::untrusted::read_small(&mut f, flightrec_proto::sidecar::MAX_BYTES).ok()
 }
 
 /// Appends `len` bytes of `from` as `name`: a file that ends sooner is an
@@ -452,6 +537,25 @@ mod tests {
             cache_path("04fb38d7d15da7689ab7aabdcf654a2e538b7ce6", "elf"),
             ".build-id/04/fb38d7d15da7689ab7aabdcf654a2e538b7ce6/elf"
         );
+    }
+
+    #[test]
+    fn anonymous_memory_is_not_listed_as_a_file_without_a_build_id() {
+        for anon in [
+            "//anon",
+            "/anon_hugepage (deleted)",
+            "/SYSV00000000 (deleted)",
+            "/dev/zero",
+        ] {
+            assert!(!is_file(anon), "{anon}");
+        }
+        for file in [
+            "/usr/bin/true",
+            "/tmp/a.out (deleted)",
+            "/memfd:jit (deleted)",
+        ] {
+            assert!(is_file(file), "{file}");
+        }
     }
 
     #[test]

@@ -156,6 +156,8 @@ pub enum Command {
         /// frames then resolve only where the reader has the same kernel.
         #[arg(long)]
         no_kallsyms: bool,
+        #[command(flatten)]
+        debuginfod: DebuginfodArgs,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -281,9 +283,35 @@ pub struct SymbolArgs {
     /// or /proc/kallsyms when this machine runs that kernel).
     #[arg(long, value_name = "FILE")]
     pub kallsyms: Option<PathBuf>,
-    /// Use only --symfs and --kallsyms, not this machine's files.
+    /// Use only --symfs and --kallsyms, not this machine's files (its
+    /// binaries and /usr/lib/debug).
     #[arg(long)]
     pub no_local_files: bool,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArgs,
+}
+
+/// Where debug files may be fetched from.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DebuginfodArgs {
+    /// A debuginfod server to fetch debug files (and binaries) from by
+    /// build-id, into the cache elfutils uses; repeat for several.
+    /// Default: the servers of DEBUGINFOD_URLS. Without either, nothing
+    /// is fetched.
+    #[arg(long, value_name = "URL")]
+    pub debuginfod: Vec<String>,
+    /// Fetch nothing, whatever DEBUGINFOD_URLS says.
+    #[arg(long, conflicts_with = "debuginfod")]
+    pub no_debuginfod: bool,
+}
+
+impl DebuginfodArgs {
+    pub fn client(&self) -> Option<flightrec_report::symbols::debuginfod::Debuginfod> {
+        flightrec_report::symbols::debuginfod::Debuginfod::configured(
+            &self.debuginfod,
+            !self.no_debuginfod,
+        )
+    }
 }
 
 impl SymbolArgs {
@@ -292,6 +320,8 @@ impl SymbolArgs {
             symfs: self.symfs.clone(),
             kallsyms: self.kallsyms.clone(),
             local_files: !self.no_local_files,
+            debuginfod: self.debuginfod.client(),
+            jit_maps: Vec::new(),
         }
     }
 }

@@ -81,18 +81,19 @@ pub enum ReportFailure {
 }
 
 /// Reads the snapshot (its records at most `max_decompressed` bytes, else
-/// the default limit), names its frames, and its containers as `known`
-/// (the snapshot's sidecar) names them, else from their cgroup paths.
+/// the default limit), names its frames (with their source lines), and
+/// its containers as `known` (the snapshot's sidecar) names them, else
+/// from their cgroup paths.
 fn read(
     snapshot: &Path,
     sources: &SymbolSources,
     max_decompressed: Option<u64>,
     known: &[Container],
-) -> Result<(Snapshot, Names), ReportError> {
+) -> Result<(Snapshot, Names, symbols::Lines), ReportError> {
     let mut snap = load::read(snapshot, max_decompressed)?;
     cgroups::name_containers(&mut snap, known);
-    let names = symbols::resolve(&snap, sources);
-    Ok((snap, names))
+    let (names, lines) = symbols::resolve_with_lines(&snap, sources);
+    Ok((snap, names, lines))
 }
 
 fn written(
@@ -153,7 +154,7 @@ pub fn write_report(
     max_decompressed: Option<u64>,
     force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources, max_decompressed, known)?;
+    let (snap, names, _) = read(snapshot, sources, max_decompressed, known)?;
     let page = html::page(&snap, &names, ctx);
     let path = write_out(snapshot, out, page.as_bytes(), force)?;
     Ok(written(path, page.len(), names, sources, "report".into()))
@@ -198,7 +199,7 @@ pub fn write_export(
     }
     let root = by.map_or(stacks::Root::Thread, stacks::Root::from);
     let event = event.as_deref();
-    let (snap, names) = read(snapshot, sources, max_decompressed, known)?;
+    let (snap, names, lines) = read(snapshot, sources, max_decompressed, known)?;
     let (bytes, content) = match format {
         ExportFormat::Pprof => {
             // Both sample types are in every pprof profile; the event picks
@@ -212,7 +213,7 @@ pub fn write_export(
                 .events
                 .get(event)
                 .map_or("no event", |e| e.name.as_str());
-            let profile = pprof::profile(&snap, &names, event);
+            let profile = pprof::profile_with_lines(&snap, &names, &lines, event);
             (
                 pprof::gzipped(&profile),
                 format!("samples of {name} and off-CPU time"),

@@ -47,6 +47,42 @@ pub fn open_regular(path: &Path, links: Links) -> io::Result<(File, Metadata)> {
     Ok((file, md))
 }
 
+/// Opens `rel` under the directory `dir` read-only without blocking, as
+/// [`open_regular`] does, resolving no symbolic link at all and never
+/// leaving `dir` (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`):
+/// for a path inside another process's root (`/proc/PID/root`), where an
+/// absolute link would otherwise lead into this process's own tree. `dir`
+/// itself may be a link (the kernel's `/proc/PID/root`).
+pub fn open_regular_beneath(dir: &Path, rel: &Path) -> io::Result<(File, Metadata)> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    use nix::sys::stat::Mode;
+    let root = open(
+        dir,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let file = File::from(openat2(&root, rel, how)?);
+    let md = file.metadata()?;
+    if !md.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file ({})",
+                dir.join(rel).display(),
+                kind(&md)
+            ),
+        ));
+    }
+    Ok((file, md))
+}
+
 /// What a file that is not regular is, in words.
 pub fn kind(md: &Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -132,5 +168,31 @@ mod tests {
         assert!(read_small(&mut f, 9).is_err());
         let (mut f, _) = open_regular(&file, Links::Refuse).unwrap();
         assert_eq!(read_small(&mut f, 10).unwrap(), b"0123456789");
+    }
+
+    #[test]
+    fn beneath_a_root_no_link_is_followed_and_nothing_outside_is_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        std::fs::write(root.join("tmp/map"), b"1 2 f\n").unwrap();
+        let (_, md) = open_regular_beneath(&root, Path::new("tmp/map")).unwrap();
+        assert_eq!(md.len(), 6);
+        // An absolute link (planted by the process whose root this is)
+        // would name this process's file: refused, as is any link.
+        std::os::unix::fs::symlink("/etc/hostname", root.join("tmp/abs")).unwrap();
+        std::os::unix::fs::symlink("map", root.join("tmp/rel")).unwrap();
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("linkdir")).unwrap();
+        for planted in ["tmp/abs", "tmp/rel", "linkdir/x", "../root/tmp/map"] {
+            assert!(
+                open_regular_beneath(&root, Path::new(planted)).is_err(),
+                "{planted}"
+            );
+        }
+        let fifo = root.join("tmp/fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = open_regular_beneath(&root, Path::new("tmp/fifo")).unwrap_err();
+        assert!(err.to_string().contains("a FIFO"), "{err}");
     }
 }

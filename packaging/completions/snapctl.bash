@@ -168,7 +168,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__archive)
-            opts="-o -h --output --no-kallsyms --force --socket --config --json --timeout --help"
+            opts="-o -h --output --no-kallsyms --debuginfod --no-debuginfod --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -179,6 +179,10 @@ _snapctl() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -320,7 +324,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__export)
-            opts="-o -h --format --output --event --off-cpu --by --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
+            opts="-o -h --format --output --event --off-cpu --by --symfs --kallsyms --no-local-files --debuginfod --no-debuginfod --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -351,6 +355,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -932,7 +940,7 @@ _snapctl() {
             return 0
             ;;
         snapctl__subcmd__report)
-            opts="-o -h --output --symfs --kallsyms --no-local-files --max-decompressed --force --socket --config --json --timeout --help"
+            opts="-o -h --output --symfs --kallsyms --no-local-files --debuginfod --no-debuginfod --max-decompressed --force --socket --config --json --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -951,6 +959,10 @@ _snapctl() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --debuginfod)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -100,10 +100,12 @@ complete -c snapctl -n "__fish_snapctl_using_subcommand triggers" -l timeout -d 
 complete -c snapctl -n "__fish_snapctl_using_subcommand triggers" -l json -d 'Print JSON (one object; `watch` prints one per line) instead of text'
 complete -c snapctl -n "__fish_snapctl_using_subcommand triggers" -s h -l help -d 'Print help'
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -s o -l output -d 'The tarball to write. Default: ./ID.tar' -r -F
+complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l debuginfod -d 'A debuginfod server to fetch debug files (and binaries) from by build-id, into the cache elfutils uses; repeat for several. Default: the servers of DEBUGINFOD_URLS. Without either, nothing is fetched' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l socket -d 'The daemon\'s socket. Default: $FLIGHTREC_SOCKET, else daemon.socket of the daemon\'s config file (see --config), else /run/flightrec/flightrecd.sock' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l config -d 'The daemon\'s config file, read for what snapctl is not told: the socket and, for `fleet`, its [fleet] section. Default: $FLIGHTREC_CONFIG, else /etc/flightrec/flightrec.toml when it exists. A file named here must read as a valid config' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l timeout -d 'Give up (exit status 3) when the daemon does not answer within DUR, e.g. 500ms or 1m: to connect, and to each call. `dump` and `watch` may take longer as long as the daemon answers HTTP/2 pings within DUR. Default: $FLIGHTREC_TIMEOUT, else 10s' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l no-kallsyms -d 'Leave out /proc/kallsyms (kernel symbol addresses): kernel frames then resolve only where the reader has the same kernel'
+complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l no-debuginfod -d 'Fetch nothing, whatever DEBUGINFOD_URLS says'
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l force -d 'Replace FILE if it exists'
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -l json -d 'Print JSON (one object; `watch` prints one per line) instead of text'
 complete -c snapctl -n "__fish_snapctl_using_subcommand archive" -s h -l help -d 'Print help'
@@ -118,11 +120,13 @@ complete -c snapctl -n "__fish_snapctl_using_subcommand decompress" -s h -l help
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -s o -l output -d 'The page to write. Default: ./ID.html' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l symfs -d 'A build-id cache or root directory holding the snapshot\'s files (an unpacked `snapctl archive`, ~/.debug); repeat for several' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l kallsyms -d 'A kallsyms file of the snapshot\'s kernel (default: the archive\'s, or /proc/kallsyms when this machine runs that kernel)' -r -F
+complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l debuginfod -d 'A debuginfod server to fetch debug files (and binaries) from by build-id, into the cache elfutils uses; repeat for several. Default: the servers of DEBUGINFOD_URLS. Without either, nothing is fetched' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l max-decompressed -d 'Read a snapshot whose records take at most SIZE once decompressed, e.g. 8GiB. Default: 64 times the file\'s size, at least 16 MiB (real snapshots compress 4 to 15 times; a file from elsewhere, such as a fleet fetch, could expand to anything). A file past the limit is refused before any record is read' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l socket -d 'The daemon\'s socket. Default: $FLIGHTREC_SOCKET, else daemon.socket of the daemon\'s config file (see --config), else /run/flightrec/flightrecd.sock' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l config -d 'The daemon\'s config file, read for what snapctl is not told: the socket and, for `fleet`, its [fleet] section. Default: $FLIGHTREC_CONFIG, else /etc/flightrec/flightrec.toml when it exists. A file named here must read as a valid config' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l timeout -d 'Give up (exit status 3) when the daemon does not answer within DUR, e.g. 500ms or 1m: to connect, and to each call. `dump` and `watch` may take longer as long as the daemon answers HTTP/2 pings within DUR. Default: $FLIGHTREC_TIMEOUT, else 10s' -r
-complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l no-local-files -d 'Use only --symfs and --kallsyms, not this machine\'s files'
+complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l no-local-files -d 'Use only --symfs and --kallsyms, not this machine\'s files (its binaries and /usr/lib/debug)'
+complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l no-debuginfod -d 'Fetch nothing, whatever DEBUGINFOD_URLS says'
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l force -d 'Replace FILE if it exists'
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -l json -d 'Print JSON (one object; `watch` prints one per line) instead of text'
 complete -c snapctl -n "__fish_snapctl_using_subcommand report" -s h -l help -d 'Print help'
@@ -134,12 +138,14 @@ complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l by -d 'collap
 container\t'The container\'s name (`[host]` outside any), then the thread\'s'"
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l symfs -d 'A build-id cache or root directory holding the snapshot\'s files (an unpacked `snapctl archive`, ~/.debug); repeat for several' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l kallsyms -d 'A kallsyms file of the snapshot\'s kernel (default: the archive\'s, or /proc/kallsyms when this machine runs that kernel)' -r -F
+complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l debuginfod -d 'A debuginfod server to fetch debug files (and binaries) from by build-id, into the cache elfutils uses; repeat for several. Default: the servers of DEBUGINFOD_URLS. Without either, nothing is fetched' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l max-decompressed -d 'Read a snapshot whose records take at most SIZE once decompressed, e.g. 8GiB. Default: 64 times the file\'s size, at least 16 MiB (real snapshots compress 4 to 15 times; a file from elsewhere, such as a fleet fetch, could expand to anything). A file past the limit is refused before any record is read' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l socket -d 'The daemon\'s socket. Default: $FLIGHTREC_SOCKET, else daemon.socket of the daemon\'s config file (see --config), else /run/flightrec/flightrecd.sock' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l config -d 'The daemon\'s config file, read for what snapctl is not told: the socket and, for `fleet`, its [fleet] section. Default: $FLIGHTREC_CONFIG, else /etc/flightrec/flightrec.toml when it exists. A file named here must read as a valid config' -r -F
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l timeout -d 'Give up (exit status 3) when the daemon does not answer within DUR, e.g. 500ms or 1m: to connect, and to each call. `dump` and `watch` may take longer as long as the daemon answers HTTP/2 pings within DUR. Default: $FLIGHTREC_TIMEOUT, else 10s' -r
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l off-cpu -d 'collapsed: off-CPU time in microseconds instead of samples'
-complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l no-local-files -d 'Use only --symfs and --kallsyms, not this machine\'s files'
+complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l no-local-files -d 'Use only --symfs and --kallsyms, not this machine\'s files (its binaries and /usr/lib/debug)'
+complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l no-debuginfod -d 'Fetch nothing, whatever DEBUGINFOD_URLS says'
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l force -d 'Replace FILE if it exists'
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -l json -d 'Print JSON (one object; `watch` prints one per line) instead of text'
 complete -c snapctl -n "__fish_snapctl_using_subcommand export" -s h -l help -d 'Print help (see more with \'--help\')'

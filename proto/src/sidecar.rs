@@ -1,12 +1,34 @@
 //! The sidecar `.<id>.meta` the daemon writes beside each snapshot (JSON):
-//! what triggered it, what a condition matched, when, and the uploads it
-//! still waits for. `snapctl report FILE` reads it when it lies beside the
-//! file, as it does in the output directory.
+//! what triggered it, what a condition matched, when, the uploads it
+//! still waits for, the containers it holds samples of, and the JIT
+//! symbol maps of its processes. `snapctl report FILE` reads it when it
+//! lies beside the file, as it does in the output directory.
 
 use serde::{Deserialize, Serialize};
 
-/// A sidecar is a few hundred bytes; more is not one of ours.
-pub const MAX_BYTES: usize = 64 << 10;
+/// The perf maps one sidecar holds at most (compressed, encoded).
+pub const MAX_PERF_MAPS_BYTES: usize = 8 << 20;
+/// A sidecar is a few hundred bytes and its perf maps; more is not one of
+/// ours.
+pub const MAX_BYTES: usize = (64 << 10) + MAX_PERF_MAPS_BYTES;
+
+/// A JIT compiler's symbol map for perf (`/tmp/perf-PID.map`: lines of
+/// `START SIZE NAME`, hex addresses), copied when the snapshot was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerfMap {
+    /// The process, as the snapshot's samples name it.
+    pub pid: u32,
+    /// The file as the process named it (in its own mount and pid
+    /// namespaces).
+    pub path: String,
+    /// Bytes of the map kept.
+    pub bytes: u64,
+    /// Only its first lines were kept (the size caps).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// The bytes kept, zstd-compressed, in standard base64.
+    pub zstd_base64: String,
+}
 
 /// The sidecar's contents.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +53,10 @@ pub struct Sidecar {
     pub window_start_unix_ns: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_end_unix_ns: Option<i64>,
+    /// The perf maps of the processes running when it was written; none
+    /// in sidecars written before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub perf_maps: Vec<PerfMap>,
     /// The containers the snapshot holds samples of, with their counts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<SidecarContainer>,
@@ -70,6 +96,7 @@ mod tests {
                 uploads: vec![],
                 window_start_unix_ns: None,
                 window_end_unix_ns: None,
+                perf_maps: vec![],
                 containers: vec![],
                 scope: String::new(),
             }
@@ -80,6 +107,13 @@ mod tests {
             uploads: vec!["s3".into()],
             window_start_unix_ns: Some(1_000),
             window_end_unix_ns: Some(2_000),
+            perf_maps: vec![PerfMap {
+                pid: 7,
+                path: "/tmp/perf-7.map".into(),
+                bytes: 12,
+                truncated: false,
+                zstd_base64: "KLUv/QBYYQAAMSAyIGZvbwo=".into(),
+            }],
             ..s
         };
         let text = serde_json::to_string(&full).unwrap();

@@ -2,7 +2,9 @@
 //! proto/profile.proto) with two sample types, `samples` (count, of one
 //! sampled event) and `off_cpu` (nanoseconds), every frame a location with
 //! its function already named (`has_functions`, so pprof does not look for
-//! binaries), mappings with their build-ids, and each sample labelled with
+//! binaries) and, where DWARF says, its source file and line and the
+//! functions inlined there (one line each, innermost first, as pprof
+//! wants), mappings with their build-ids, and each sample labelled with
 //! its thread's name, pid and tid, and where the snapshot recorded it, its
 //! `cgroup` (the path), `container` (its name: the runtime's, else the
 //! runtime and short id, or the systemd unit), `pod` and `namespace`.
@@ -16,7 +18,7 @@ use prost::Message;
 
 use crate::model::{CgroupIndex, FrameKey, MapId, Snapshot};
 use crate::stacks::{Measure, weigh};
-use crate::symbols::{Names, hex};
+use crate::symbols::{FrameLines, Lines, Names, SourceLine, hex};
 
 /// The messages of profile.proto this export writes, field numbers as
 /// upstream's.
@@ -111,6 +113,8 @@ mod proto {
     pub struct Line {
         #[prost(uint64, tag = "1")]
         pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -155,6 +159,12 @@ impl Strings {
 
 /// The profile of `event`'s samples and of off-CPU time.
 pub fn profile(snap: &Snapshot, names: &Names, event: usize) -> Profile {
+    profile_with_lines(snap, names, &Lines::default(), event)
+}
+
+/// As [`profile`], each location with the source lines and inlined
+/// functions of `lines`.
+pub fn profile_with_lines(snap: &Snapshot, names: &Names, lines: &Lines, event: usize) -> Profile {
     let mut strings = Strings::new();
     let mut p = Profile {
         sample_type: vec![
@@ -205,21 +215,42 @@ pub fn profile(snap: &Snapshot, names: &Names, event: usize) -> Profile {
                         let next = used_maps.len() as u64 + 1;
                         *used_maps.entry(m).or_insert(next)
                     });
-                    let next_fn = functions.len() as u64 + 1;
-                    let function_id = *functions.entry(name.name.clone()).or_insert(next_fn);
-                    if function_id == next_fn {
-                        p.function.push(proto::Function {
-                            id: function_id,
-                            name: strings.get(&name.name),
-                            system_name: strings.get(&name.name),
-                            filename: strings.get(&name.dso),
+                    let none = FrameLines::default();
+                    let at = lines.frames.get(frame as usize).unwrap_or(&none);
+                    // Innermost first: the inlined functions, then the
+                    // frame's own.
+                    let mut entries: Vec<(&str, Option<&SourceLine>)> = at
+                        .inlined
+                        .iter()
+                        .rev()
+                        .map(|f| (f.function.as_str(), f.line.as_ref()))
+                        .collect();
+                    entries.push((name.name.as_str(), at.line.as_ref()));
+                    let mut line = Vec::new();
+                    for (function, source) in entries {
+                        let file = source.map_or(name.dso.as_str(), |s| s.file.as_str());
+                        // One function per name (pprof adds up by
+                        // function), filed under the first file seen.
+                        let next_fn = functions.len() as u64 + 1;
+                        let function_id = *functions.entry(function.to_string()).or_insert(next_fn);
+                        if function_id == next_fn {
+                            p.function.push(proto::Function {
+                                id: function_id,
+                                name: strings.get(function),
+                                system_name: strings.get(function),
+                                filename: strings.get(file),
+                            });
+                        }
+                        line.push(proto::Line {
+                            function_id,
+                            line: source.and_then(|s| s.line).map_or(0, i64::from),
                         });
                     }
                     p.location.push(proto::Location {
                         id,
                         mapping_id,
                         address: f.addr,
-                        line: vec![proto::Line { function_id }],
+                        line,
                     });
                 }
                 location_id.push(id);
@@ -459,6 +490,52 @@ mod tests {
         assert_eq!(p.mapping.len(), 1);
         assert_eq!(s(p.mapping[0].build_id), "abcd");
         assert!(p.mapping[0].has_functions);
+    }
+
+    #[test]
+    fn inlined_functions_and_lines_are_lines_of_one_location_innermost_first() {
+        use crate::symbols::InlinedFrame;
+        let (snap, names) = snap();
+        let line = |file: &str, n| {
+            Some(SourceLine {
+                file: file.into(),
+                line: Some(n),
+            })
+        };
+        let mut lines = Lines {
+            frames: vec![FrameLines::default(); 3],
+        };
+        // `burn` (prog.c:10) calls `step` (inlined, step.h:3) there.
+        lines.frames[0] = FrameLines {
+            line: line("prog.c", 10),
+            inlined: vec![InlinedFrame {
+                function: "step".into(),
+                line: line("step.h", 3),
+            }],
+        };
+        let p = profile_with_lines(&snap, &names, &lines, 0);
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        let burn = p.sample.iter().find(|x| x.value[0] > 0).unwrap();
+        let loc = p
+            .location
+            .iter()
+            .find(|l| l.id == burn.location_id[0])
+            .unwrap();
+        let shown: Vec<(String, String, i64)> = loc
+            .line
+            .iter()
+            .map(|l| {
+                let f = p.function.iter().find(|f| f.id == l.function_id).unwrap();
+                (s(f.name).to_string(), s(f.filename).to_string(), l.line)
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("step".to_string(), "step.h".to_string(), 3),
+                ("burn".to_string(), "prog.c".to_string(), 10)
+            ]
+        );
     }
 
     #[test]

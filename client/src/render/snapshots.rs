@@ -234,7 +234,7 @@ pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_jso
     );
     if !s.missing.is_empty() {
         text.push_str(&format!(
-            "; not found with their build-id: {}",
+            "; left out (not found with their build-id): {}",
             shown(&s.missing.join(", "))
         ));
     }

@@ -75,7 +75,8 @@ pub(super) async fn report(
             .map(|s| s.scope.clone())
             .filter(|s| !s.is_empty()),
     };
-    let sources = symbols.sources();
+    let mut sources = symbols.sources();
+    sources.jit_maps = jit_maps(&path);
     let max = limits.max_decompressed;
     let written =
         blocking(move || report::write_report(&path, &out, &ctx, &known, &sources, max, force))
@@ -95,7 +96,8 @@ pub(super) async fn export(
     let known = known_containers(sidecar_of(&path, info.as_ref()).as_ref());
     let out = output
         .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), request.format.extension()).into());
-    let sources = symbols.sources();
+    let mut sources = symbols.sources();
+    sources.jit_maps = jit_maps(&path);
     let written =
         blocking(move || report::write_export(&path, &out, &request, &known, &sources)).await?;
     let text = render::written(&written, json);
@@ -168,6 +170,8 @@ fn sidecar_of(path: &Path, info: Option<&pb::Snapshot>) -> Option<Sidecar> {
             })
             .collect(),
         scope: i.scope.clone(),
+        // The perf maps are read from the file itself (jit_maps).
+        perf_maps: Vec::new(),
     })
 }
 
@@ -218,6 +222,22 @@ fn sidecar_beside(path: &Path) -> Option<Sidecar> {
     let (mut f, _) = flightrec_files::open_regular(&side, flightrec_files::Links::Refuse).ok()?;
     let bytes = flightrec_files::untrusted::read_small(&mut f, sidecar::MAX_BYTES).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// The perf maps the daemon kept in the sidecar beside snapshot file
+/// `path` (one that does not decode is said and passed over).
+fn jit_maps(path: &Path) -> Vec<flightrec_report::symbols::jit::JitMap> {
+    let Some(side) = sidecar_beside(path) else {
+        return Vec::new();
+    };
+    side.perf_maps
+        .iter()
+        .filter_map(|m| {
+            flightrec_report::symbols::jit::JitMap::decode(m.pid, &m.zstd_base64)
+                .map_err(|e| eprintln!("snapctl: {e}"))
+                .ok()
+        })
+        .collect()
 }
 
 /// The id of a snapshot file name (`ID.perf.data`).

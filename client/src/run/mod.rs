@@ -49,11 +49,13 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             snapshot,
             output,
             no_kallsyms,
+            debuginfod,
             force,
         } => {
             let options = crate::archive::ArchiveOptions {
                 kallsyms: !no_kallsyms,
                 force,
+                debuginfod: debuginfod.client(),
             };
             let text = local::archive(&daemon, &snapshot, output, options, json).await?;
             print_line(&text)

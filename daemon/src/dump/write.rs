@@ -388,6 +388,11 @@ impl Pipeline {
             ms = done.timings.total.as_millis() as u64,
             "snapshot written"
         );
+        // The JIT maps of its processes, before anyone is told of it: they
+        // may be gone once the caller has its answer.
+        setup
+            .store
+            .keep_perf_maps(&snapshot.id, crate::host::perf_maps::collect());
         *self
             .figures
             .last

@@ -1,6 +1,7 @@
 //! What is read from the machine: the facts a snapshot says about the
 //! machine it was taken on, the sample clock, the loaded kernel modules and
-//! the tracefs formats.
+//! the tracefs formats; and, for each snapshot, the JIT symbol maps of the
+//! processes running ([`perf_maps`]).
 //!
 //! Gathering ([`HostInfo::gather`]) reads /proc, sysfs and tracefs once, at
 //! daemon start (or on reload); encoding a snapshot only reads the cached
@@ -10,6 +11,7 @@ pub mod cgroups;
 mod clock;
 pub mod machine;
 mod modules;
+pub mod perf_maps;
 mod tracing;
 
 use std::fs;

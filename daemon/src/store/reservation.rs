@@ -83,6 +83,8 @@ impl Store {
             // Not known before the capture; not filled yet.
             window_start_unix_ns: window.map(|w| w.0.as_unix_nanos()),
             window_end_unix_ns: window.map(|w| w.1.as_unix_nanos()),
+            // Copied once the snapshot is written (Store::keep_perf_maps).
+            perf_maps: Vec::new(),
             containers: Vec::new(),
             scope: scope.to_string(),
         };

@@ -73,6 +73,19 @@ impl Store {
         Ok(true)
     }
 
+    /// Keeps `maps` (the JIT symbol maps of the processes running when
+    /// snapshot `id` was written) in its sidecar. A failure is logged: the
+    /// snapshot is whole without them.
+    pub fn keep_perf_maps(&self, id: &str, maps: Vec<flightrec_proto::sidecar::PerfMap>) {
+        if maps.is_empty() {
+            return;
+        }
+        let kept = self.update_sidecar(id, |meta| meta.perf_maps = maps);
+        if let Err(e) = kept {
+            tracing::warn!("the perf maps of snapshot {id} were not kept: {e}");
+        }
+    }
+
     /// Writes `.<id>.meta` (0640, the socket group's) through a temporary
     /// file created exclusively, synced, then renamed: a reader sees the old
     /// or the new one.

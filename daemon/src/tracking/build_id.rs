@@ -19,6 +19,16 @@
 //! takes over the queue. At most [`MAX_STUCK_READERS`] readers may hang at
 //! once; beyond that, and beyond [`MAX_QUEUED`] files waiting, files are
 //! not read (`dropped`).
+//!
+//! The maps read from /proc at start have no record to fill: the files of
+//! every process already running are [`BuildIds::seed`]ed, in a queue of
+//! their own (a host's few thousand files do not crowd out the drain's),
+//! and their answers are kept for the daemon's life, since those maps
+//! never come again. A process in another mount namespace names its files
+//! by paths of its own: a file whose path does not lead to the mapped
+//! inode on the host is read through the process, `/proc/PID/map_files`
+//! (the kernel's own link to the mapped file) or `/proc/PID/root`, and
+//! used only if it is that inode there too.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -40,6 +50,9 @@ pub const MAX_STUCK_READERS: usize = 4;
 pub const MAX_QUEUED: usize = 1024;
 /// Answers kept before the cache starts over (bounds its memory).
 const MAX_CACHED: usize = 8192;
+/// Files of the processes running at start read at most (their answers
+/// are kept for good: they stay fewer than [`MAX_CACHED`]).
+pub const MAX_SEEDED: usize = 4096;
 /// MMAP2 body offsets (after the 8-byte header).
 const MMAP2_DEV: usize = 40;
 const MMAP2_PROT: usize = 64;
@@ -67,6 +80,15 @@ impl MappedFile {
     }
 }
 
+/// A process that maps a file, and where: how to reach the file when its
+/// path means something else on the host (another mount namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappedBy {
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
 /// What became of the files asked about, since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BuildIdStats {
@@ -85,7 +107,7 @@ pub struct BuildIdStats {
 }
 
 /// Reads the build-id of a mapped file (the real one, or a test's).
-type ReadFn = dyn Fn(&MappedFile) -> Option<BuildId> + Send + Sync;
+type ReadFn = dyn Fn(&MappedFile, Option<MappedBy>) -> Option<BuildId> + Send + Sync;
 
 /// One reader's current file.
 struct Reading {
@@ -95,8 +117,12 @@ struct Reading {
 
 struct State {
     known: HashMap<MappedFile, Option<BuildId>>,
-    queue: VecDeque<MappedFile>,
+    queue: VecDeque<(MappedFile, Option<MappedBy>)>,
+    /// The files of the processes running at start, read after `queue`.
+    seed_queue: VecDeque<(MappedFile, Option<MappedBy>)>,
     queued: HashSet<MappedFile>,
+    /// Seeded files: their answers survive the cache starting over.
+    pinned: HashSet<MappedFile>,
     /// What each reader reads now, by reader number.
     reading: HashMap<u64, Reading>,
     /// Readers given up on (they exit when their read returns).
@@ -132,19 +158,42 @@ impl std::fmt::Debug for BuildIds {
     }
 }
 
-/// Reads `file`'s build-id from disk if it is still the file the kernel
-/// mapped.
-pub fn read_build_id(file: &MappedFile) -> Option<BuildId> {
+/// Reads `file`'s build-id if it is still the file the kernel mapped:
+/// at its path, else (for a process in another mount namespace, or a file
+/// since replaced) through the process that maps it.
+pub fn read_build_id(file: &MappedFile, by: Option<MappedBy>) -> Option<BuildId> {
+    let path = Path::new(&*file.path);
+    let mut candidates = vec![(path.to_path_buf(), Links::Refuse)];
+    if let Some(by) = by {
+        // The kernel's link to the mapped file itself (needs
+        // CAP_SYS_ADMIN), then the path inside the process's root: both
+        // checked against the inode the kernel reported, as the path is.
+        candidates.push((
+            format!("/proc/{}/map_files/{:x}-{:x}", by.pid, by.start, by.end).into(),
+            Links::Follow,
+        ));
+        let inside = path.strip_prefix("/").unwrap_or(path);
+        candidates.push((
+            Path::new(&format!("/proc/{}/root", by.pid)).join(inside),
+            Links::Refuse,
+        ));
+    }
+    candidates.into_iter().find_map(|(at, links)| {
+        let f = open_mapped(&at, links, file)?;
+        BuildId::new(&flightrec_files::elf::build_id(&f)?)
+    })
+}
+
+/// `at`, opened if it is the regular file on the device and inode `file`
+/// names.
+fn open_mapped(at: &Path, links: Links, file: &MappedFile) -> Option<std::fs::File> {
     use std::os::unix::fs::MetadataExt;
-    let (f, md) = open_regular(Path::new(&*file.path), Links::Refuse).ok()?;
+    let (f, md) = open_regular(at, links).ok()?;
     let dev = md.dev();
     let same = md.ino() == file.ino
         && nix::sys::stat::major(dev) as u32 == file.maj
         && nix::sys::stat::minor(dev) as u32 == file.min;
-    if !same {
-        return None;
-    }
-    BuildId::new(&flightrec_files::elf::build_id(&f)?)
+    same.then_some(f)
 }
 
 impl BuildIds {
@@ -154,7 +203,9 @@ impl BuildIds {
             state: Mutex::new(State {
                 known: HashMap::new(),
                 queue: VecDeque::new(),
+                seed_queue: VecDeque::new(),
                 queued: HashSet::new(),
+                pinned: HashSet::new(),
                 reading: HashMap::new(),
                 abandoned: HashSet::new(),
                 next_reader: 0,
@@ -181,6 +232,11 @@ impl BuildIds {
     /// The build-id of `file` if it was read; `None` if not (yet), and
     /// then it is queued for a reader. Never waits on a file.
     pub fn lookup(&self, file: &MappedFile) -> Option<BuildId> {
+        self.lookup_mapped(file, None)
+    }
+
+    /// As [`BuildIds::lookup`], knowing a process that maps the file.
+    pub fn lookup_mapped(&self, file: &MappedFile, by: Option<MappedBy>) -> Option<BuildId> {
         let mut state = self.lock();
         if let Some(known) = state.known.get(file) {
             return *known;
@@ -193,9 +249,32 @@ impl BuildIds {
             return None;
         }
         state.queued.insert(file.clone());
-        state.queue.push_back(file.clone());
+        state.queue.push_back((file.clone(), by));
         self.shared.work.notify_one();
         None
+    }
+
+    /// Queues the files of maps that no record will ever fill (the maps of
+    /// the processes running at start), each once, with a process mapping
+    /// it; their answers are kept for good. Past [`MAX_SEEDED`] files the
+    /// rest are counted `dropped`. Never waits on a file.
+    pub fn seed(&self, maps: impl IntoIterator<Item = (MappedFile, MappedBy)>) {
+        let mut state = self.lock();
+        for (file, by) in maps {
+            if state.pinned.contains(&file) {
+                continue;
+            }
+            if state.pinned.len() >= MAX_SEEDED {
+                state.stats.dropped += 1;
+                continue;
+            }
+            state.pinned.insert(file.clone());
+            if state.known.contains_key(&file) || !state.queued.insert(file.clone()) {
+                continue;
+            }
+            state.seed_queue.push_back((file, Some(by)));
+        }
+        self.shared.work.notify_all();
     }
 
     /// The build-id of `file` if it was read; queues nothing.
@@ -241,7 +320,7 @@ impl BuildIds {
     pub fn stats(&self) -> BuildIdStats {
         let state = self.lock();
         BuildIdStats {
-            queued: state.queue.len() as u64,
+            queued: (state.queue.len() + state.seed_queue.len()) as u64,
             stuck_readers: state.abandoned.len() as u64,
             ..state.stats
         }
@@ -253,11 +332,11 @@ impl BuildIds {
     /// were; the record keeps its size). `queue`: ask for it when it is not
     /// known yet. Returns whether it did.
     pub fn fill_mmap2(&self, record: &mut [u8], queue: bool) -> bool {
-        let Some(file) = mmap2_file(record) else {
+        let Some((file, by)) = mmap2_file(record) else {
             return false;
         };
         let id = if queue {
-            self.lookup(&file)
+            self.lookup_mapped(&file, Some(by))
         } else {
             self.known(&file)
         };
@@ -297,8 +376,14 @@ impl BuildIds {
 
 use crate::abi::mmap_prot::EXEC as PROT_EXEC;
 
-/// The file an executable MMAP2 record without a build-id names.
-fn mmap2_file(record: &[u8]) -> Option<MappedFile> {
+/// MMAP2 body offsets of the pid and the mapping.
+const MMAP2_PID: usize = 8;
+const MMAP2_ADDR: usize = 16;
+const MMAP2_LEN: usize = 24;
+
+/// The file an executable MMAP2 record without a build-id names, and the
+/// process that maps it.
+fn mmap2_file(record: &[u8]) -> Option<(MappedFile, MappedBy)> {
     let u16_at = |at: usize| u16::from_le_bytes([record[at], record[at + 1]]);
     let u32_at = |at: usize| u32::from_le_bytes(record[at..at + 4].try_into().unwrap_or([0; 4]));
     let u64_at = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -316,18 +401,26 @@ fn mmap2_file(record: &[u8]) -> Option<MappedFile> {
     if !path.starts_with('/') {
         return None;
     }
-    Some(MappedFile {
+    let start = u64_at(MMAP2_ADDR);
+    let by = MappedBy {
+        pid: u32_at(MMAP2_PID),
+        start,
+        end: start.saturating_add(u64_at(MMAP2_LEN)),
+    };
+    let file = MappedFile {
         maj: u32_at(MMAP2_DEV),
         min: u32_at(MMAP2_DEV + 4),
         ino: u64_at(MMAP2_DEV + 8),
         ino_generation: u64_at(MMAP2_DEV + 16),
         path: path.into(),
-    })
+    };
+    Some((file, by))
 }
 
 fn remember(state: &mut State, file: MappedFile, id: Option<BuildId>) {
     if state.known.len() >= MAX_CACHED {
-        state.known.clear();
+        let pinned = &state.pinned;
+        state.known.retain(|f, _| pinned.contains(f));
     }
     state.known.entry(file).or_insert(id);
 }
@@ -353,7 +446,12 @@ fn reader_loop(shared: &Shared, n: u64) {
             state.abandoned.remove(&n);
             return;
         }
-        let Some(file) = state.queue.pop_front() else {
+        // The drain's files first: they fill records as they go by.
+        let next = match state.queue.pop_front() {
+            Some(next) => Some(next),
+            None => state.seed_queue.pop_front(),
+        };
+        let Some((file, by)) = next else {
             state = shared
                 .work
                 .wait(state)
@@ -369,7 +467,7 @@ fn reader_loop(shared: &Shared, n: u64) {
             },
         );
         drop(state);
-        let id = (shared.read)(&file);
+        let id = (shared.read)(&file, by);
         state = lock();
         state.reading.remove(&n);
         if state.abandoned.contains(&n) {
@@ -504,12 +602,12 @@ mod tests {
     fn a_file_that_is_not_the_mapped_inode_is_not_read() {
         let (path, meta) = own_exe();
         let map = mapped(&path, &meta);
-        assert!(read_build_id(&MappedFile::of(&map)).is_some());
+        assert!(read_build_id(&MappedFile::of(&map), None).is_some());
         let other = MapState {
             ino: meta.ino() + 1,
             ..map.clone()
         };
-        assert_eq!(read_build_id(&MappedFile::of(&other)), None);
+        assert_eq!(read_build_id(&MappedFile::of(&other), None), None);
         // A symlink to the right file is not followed.
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("link");
@@ -518,7 +616,7 @@ mod tests {
             filename: link.to_str().unwrap().into(),
             ..map
         };
-        assert_eq!(read_build_id(&MappedFile::of(&linked)), None);
+        assert_eq!(read_build_id(&MappedFile::of(&linked), None), None);
         // A FIFO does not block.
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -526,7 +624,7 @@ mod tests {
             filename: fifo.to_str().unwrap().into(),
             ..MapState::default()
         };
-        assert_eq!(read_build_id(&MappedFile::of(&fifo_map)), None);
+        assert_eq!(read_build_id(&MappedFile::of(&fifo_map), None), None);
     }
 
     fn file(n: u64) -> MappedFile {
@@ -544,7 +642,7 @@ mod tests {
         // Reads of inode 1 hang until the test ends; the others answer.
         let (release, hang) = mpsc::channel::<()>();
         let hang = Mutex::new(hang);
-        let ids = BuildIds::with_reader(Box::new(move |f| {
+        let ids = BuildIds::with_reader(Box::new(move |f, _| {
             if f.ino == 1 {
                 let _ = hang.lock().unwrap().recv();
             }
@@ -573,7 +671,7 @@ mod tests {
     fn too_many_stuck_readers_stop_the_reading_but_never_the_caller() {
         let (release, hang) = mpsc::channel::<()>();
         let hang = Mutex::new(hang);
-        let ids = BuildIds::with_reader(Box::new(move |_| {
+        let ids = BuildIds::with_reader(Box::new(move |_, _| {
             let _ = hang.lock().unwrap().recv();
             None
         }));
@@ -587,5 +685,121 @@ mod tests {
         assert_eq!(ids.lookup(&file(100)), None);
         assert_eq!(ids.stats().dropped, 1);
         drop(release);
+    }
+
+    /// The first executable mapping of this process's own binary, from
+    /// /proc/self/maps: `(start, end)`.
+    fn own_exec_mapping(path: &str) -> (u64, u64) {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find(|l| {
+                l.ends_with(path) && l.split_whitespace().nth(1).is_some_and(|p| p.contains('x'))
+            })
+            .and_then(|l| {
+                let (s, e) = l.split_whitespace().next()?.split_once('-')?;
+                Some((
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                ))
+            })
+            .expect("this test binary is mapped executable")
+    }
+
+    #[test]
+    fn a_file_whose_path_means_another_file_here_is_read_through_the_process() {
+        // As for a process in another mount namespace: the path it names
+        // is not the mapped inode on the host.
+        let (path, meta) = own_exe();
+        let expected = read_build_id(&MappedFile::of(&mapped(&path, &meta)), None);
+        assert!(expected.is_some());
+        let elsewhere = MappedFile {
+            path: "/flightrec-test/not/here".into(),
+            ..MappedFile::of(&mapped(&path, &meta))
+        };
+        assert_eq!(read_build_id(&elsewhere, None), None);
+        let (start, end) = own_exec_mapping(&path);
+        let by = MappedBy {
+            pid: std::process::id(),
+            start,
+            end,
+        };
+        if nix::unistd::geteuid().is_root() {
+            // /proc/self/map_files needs CAP_SYS_ADMIN.
+            assert_eq!(read_build_id(&elsewhere, Some(by)), expected);
+        }
+        // Through the process's root: the same path, the same inode.
+        let inside = MappedFile::of(&mapped(&path, &meta));
+        let wrong_range = MappedBy {
+            start: 1,
+            end: 2,
+            ..by
+        };
+        assert_eq!(read_build_id(&inside, Some(wrong_range)), expected);
+        // A map range that holds another file is not taken for it.
+        let other_inode = MappedFile {
+            ino: meta.ino() + 1,
+            ..elsewhere
+        };
+        assert_eq!(read_build_id(&other_inode, Some(by)), None);
+    }
+
+    #[test]
+    fn seeded_files_are_read_once_and_their_answers_outlive_the_cache() {
+        let ids = BuildIds::with_reader(Box::new(|f, _| BuildId::new(&[f.ino as u8; 20])));
+        let by = MappedBy {
+            pid: 7,
+            start: 0x1000,
+            end: 0x2000,
+        };
+        // Two processes mapping the same two files: two reads.
+        ids.seed([(file(1), by), (file(2), by), (file(1), by), (file(2), by)]);
+        wait_answers(&ids, 2);
+        assert_eq!(ids.stats().found, 2);
+        assert_eq!(ids.known(&file(1)), BuildId::new(&[1; 20]));
+        // Far more files than the cache keeps come and go...
+        for i in 0..MAX_CACHED as u64 + 10 {
+            ids.lookup(&file(1_000_000 + i));
+            if i % 512 == 511 {
+                wait_answers(&ids, i + 3);
+            }
+        }
+        wait_answers(&ids, MAX_CACHED as u64 + 12);
+        // ...and the seeded answers are still there (no record will ask
+        // again for those maps).
+        assert_eq!(ids.known(&file(1)), BuildId::new(&[1; 20]));
+        assert_eq!(ids.known(&file(2)), BuildId::new(&[2; 20]));
+        assert_eq!(ids.known(&file(1_000_000)), None, "the cache started over");
+    }
+
+    #[test]
+    fn the_seed_is_bounded_and_waits_behind_the_drains_files() {
+        let (release, hang) = mpsc::channel::<()>();
+        let hang = Mutex::new(Some(hang));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&order);
+        let ids = BuildIds::with_reader(Box::new(move |f, _| {
+            if f.ino == 0 {
+                // The first read waits until both queues are filled.
+                if let Some(h) = hang.lock().unwrap().take() {
+                    let _ = h.recv();
+                }
+            }
+            seen.lock().unwrap().push(f.ino);
+            None
+        }));
+        let by = MappedBy {
+            pid: 1,
+            start: 0,
+            end: 1,
+        };
+        ids.lookup(&file(0));
+        wait_reading(&ids);
+        ids.seed((10..10 + MAX_SEEDED as u64 + 5).map(|n| (file(n), by)));
+        assert_eq!(ids.stats().dropped, 5);
+        ids.lookup(&file(1));
+        drop(release);
+        wait_answers(&ids, MAX_SEEDED as u64 + 2);
+        let order = order.lock().unwrap();
+        assert_eq!(&order[..3], &[0, 1, 10], "the drain's file before the seed");
     }
 }

@@ -12,11 +12,12 @@ use std::thread::JoinHandle;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 
-use super::build_id::{BuildIdStats, BuildIds};
+use super::build_id::{BuildIdStats, BuildIds, MappedBy, MappedFile};
 use super::cgroups::CgroupTable;
 use super::log::TrackingLog;
 use super::modules::{LoadedModule, ModuleWatch};
 use super::record::{TrackingRecord, parse, record_time};
+use crate::abi::mmap_prot::EXEC;
 use crate::perf::tracking_ring::TrackingRing;
 use crate::ring::records;
 
@@ -45,6 +46,25 @@ pub struct Tracking {
     cgroups: Option<CgroupTable>,
 }
 
+/// The executable files the maps of `log`'s table name without a build-id,
+/// each with a process that maps it.
+fn seeded_files(log: &TrackingLog) -> Vec<(MappedFile, MappedBy)> {
+    let mut out = Vec::new();
+    for p in log.current_table().state_at(0) {
+        for map in p.maps.iter() {
+            if map.build_id.is_none() && map.prot & EXEC != 0 && map.filename.starts_with('/') {
+                let by = MappedBy {
+                    pid: p.pid,
+                    start: map.start,
+                    end: map.start.saturating_add(map.len),
+                };
+                out.push((MappedFile::of(map), by));
+            }
+        }
+    }
+    out
+}
+
 /// Records kept for the history writer, bounded: past [`MAX_TAP_BYTES`]
 /// (a writer that stopped taking them) they are counted, not kept.
 #[derive(Default)]
@@ -67,8 +87,13 @@ impl HistoryTap {
 }
 
 impl Tracking {
+    /// The drain over `rings` into `log`, whose table was seeded from
+    /// /proc: the files those maps name are queued for their build-ids at
+    /// once (no record will ever name them).
     pub fn new(rings: Vec<TrackingRing>, log: TrackingLog) -> Self {
         let n = rings.len();
+        let build_ids = Arc::new(BuildIds::default());
+        build_ids.seed(seeded_files(&log));
         Self {
             rings,
             log,
@@ -76,7 +101,7 @@ impl Tracking {
             malformed: vec![0; n],
             scratch: Vec::new(),
             batch: Vec::new(),
-            build_ids: Arc::default(),
+            build_ids,
             modules: None,
             history_tap: None,
             cgroups: None,

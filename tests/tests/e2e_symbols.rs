@@ -1,0 +1,754 @@
+//! End to end: the frames `snapctl report` and `export` name, against a
+//! real daemon and real programs.
+//!
+//! - A C program started before the daemon (so the daemon learns of its
+//!   maps from /proc, not from the kernel's records), and the daemon
+//!   itself: their frames named, their files carried by `archive`; its
+//!   calls into libc named from Debian's `libc6-dbg`, found by build-id.
+//! - A stripped program whose debug file only a real `debuginfod`
+//!   (Debian's, on 127.0.0.1, serving a directory) has: named with
+//!   `--debuginfod`, and without it nothing is fetched.
+//! - `node --perf-basic-prof` (Debian's nodejs) running a JavaScript loop:
+//!   its JIT frames named after the process exited and its perf map was
+//!   removed (the daemon kept a copy in the snapshot's sidecar).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flightrec_tests::{Daemon, free_port, require_root, snapshot_id, test_config, unpack};
+
+/// Spins in `newcomer_hot_loop`, and sorts with libc's `qsort` (whose
+/// merge sort, `msort_with_tmp`, is a local symbol of libc: only libc's
+/// debug file names it).
+const NEWCOMER_C: &str = r#"
+#include <stdlib.h>
+static volatile unsigned long sink;
+static int cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+__attribute__((noinline)) void newcomer_sort(void) {
+    static int v[1 << 14];
+    for (int i = 0; i < (1 << 14); i++) v[i] = (i * 7919) % (1 << 14);
+    qsort(v, 1 << 14, sizeof v[0], cmp);
+}
+__attribute__((noinline)) void newcomer_hot_loop(void) {
+    for (unsigned long i = 0; i < 20000000; i++) sink += i * 7;
+}
+int main(void) {
+    for (;;) { newcomer_hot_loop(); newcomer_sort(); }
+}
+"#;
+
+/// Spins in `fetched_hot_loop`; stripped, its debug file is only on the
+/// debuginfod server.
+const FETCHED_C: &str = r#"
+static volatile unsigned long sink;
+__attribute__((noinline)) void fetched_hot_loop(void) {
+    for (unsigned long i = 0; i < 20000000; i++) sink += i * 3;
+}
+int main(void) { for (;;) fetched_hot_loop(); }
+"#;
+
+/// A JavaScript loop V8 compiles: `hotLoop`, optimized as `JS:*hotLoop`,
+/// and later `outer`, replaced on its stack (OSR) by `JS:*outer` with
+/// `hotLoop` inlined, which then takes most samples; when is V8's choice.
+const LOOP_JS: &str = r#"
+function hotLoop(n) { let s = 0; for (let i = 0; i < n; i++) s += Math.sqrt(i) * (i & 7); return s; }
+function outer() { let t = 0; for (;;) t += hotLoop(100000); }
+outer();
+"#;
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A tool the test needs: a failure under CI, a skip elsewhere.
+fn have(test: &str, tool: &str, args: &[&str]) -> bool {
+    if Command::new(tool)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return true;
+    }
+    let why = format!("no working {tool} (run tests/prepare-host)");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+fn gcc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let exe = dir.join(name);
+    run(Command::new("gcc").args(flags).arg("-o").arg(&exe).arg(&c));
+    exe
+}
+
+/// A child killed (and reaped) when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(cmd: &mut Command) -> Running {
+    Running(
+        cmd.stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+    )
+}
+
+/// Waits until `ready` holds, at most `within`.
+fn wait_for(what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The status's build-id counters (`tracking`).
+fn build_ids(d: &Daemon) -> (u64, u64) {
+    let s = d.json(&["status"]);
+    let t = &s["tracking"];
+    (
+        t["build_ids_found"].as_u64().unwrap_or(0),
+        t["build_ids_queued"].as_u64().unwrap_or(0),
+    )
+}
+
+/// Waits until the CPU time `pid` has used grows by `ticks` clock ticks:
+/// samples of it are in the rings.
+fn wait_cpu(pid: u32, ticks: u64) {
+    let used = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0)
+    };
+    let start = used();
+    wait_for(
+        &format!("pid {pid} on CPU"),
+        // A machine shared with a load of hundreds of runnable tasks gives
+        // a second of CPU in a minute or two.
+        Duration::from_secs(120),
+        || used() >= start + ticks,
+    );
+}
+
+/// A daemon whose rings hold every sample since it started: the tests
+/// count a program's samples in a snapshot, and on a busy machine (other
+/// programs' deep stacks, many switches) 256 KiB a CPU holds about a
+/// second.
+fn roomy_daemon() -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = test_config(dir.path(), "").replace("per_cpu = \"256KiB\"", "per_cpu = \"8MiB\"");
+    assert!(text.contains("per_cpu = \"8MiB\""), "{text}");
+    Daemon::start_in(dir, &text, &[])
+}
+
+/// `snapctl dump`: the snapshot's path.
+fn dump(d: &Daemon) -> PathBuf {
+    PathBuf::from(d.json(&["dump"])["path"].as_str().expect("dump path"))
+}
+
+/// `snapctl --json ARGS`, which must succeed, with `env` set: its summary.
+fn snapctl_json(d: &Daemon, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let mut cmd = d.snapctl_cmd(&all);
+    cmd.env_remove("DEBUGINFOD_URLS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    serde_json::from_str(&run(&mut cmd)).unwrap()
+}
+
+/// Folded stacks (`comm;root;...;leaf COUNT`) as (frames, count).
+fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                n.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The `unresolved` entries of a report summary, by file.
+fn unresolved(summary: &serde_json::Value) -> BTreeMap<String, (u64, String)> {
+    summary["unresolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["file"].as_str().unwrap().to_string(),
+                (
+                    u["frames"].as_u64().unwrap(),
+                    u["reason"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archived() {
+    let test = "a_program_started_before_the_daemon_and_the_daemon_itself_are_named_and_archived";
+    require_root(test);
+    if !have(test, "gcc", &["--version"]) || !have(test, "tar", &["--version"]) {
+        return;
+    }
+    // libc6-dbg: libc's debug file by build-id.
+    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    let libc_id = run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("readelf -n {libc} | sed -n 's/.*Build ID: //p'")));
+    let libc_debug = format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &libc_id.trim()[..2],
+        &libc_id.trim()[2..]
+    );
+    if !Path::new(&libc_debug).exists() {
+        let why = format!("{libc_debug} missing: install libc6-dbg (tests/prepare-host)");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: {why}"
+        );
+        eprintln!("SKIPPED {test}: {why}");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    // Without frame pointers, as distributions build: the first user frame
+    // is the sampled address, named from the file.
+    let exe = gcc(work.path(), "newcomer", NEWCOMER_C, &["-O2"]);
+    let program = spawn(&mut Command::new(&exe));
+    let pid = program.0.id();
+    // A program linked without a build-id: nothing can check a file for
+    // it, so it is named nowhere, and said so.
+    let anonymous = gcc(
+        work.path(),
+        "nobuildid",
+        NEWCOMER_C,
+        &["-O2", "-Wl,--build-id=none"],
+    );
+    let anonymous_run = spawn(&mut Command::new(&anonymous));
+    // Their maps are in /proc before the daemon starts.
+    for (pid, exe) in [(pid, &exe), (anonymous_run.0.id(), &anonymous)] {
+        wait_for("the program mapped", Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .is_ok_and(|m| m.contains(exe.to_str().unwrap()))
+        });
+    }
+    let d = roomy_daemon();
+    let daemon_exe = std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap();
+    // The seeded files are read at start: wait until none waits.
+    wait_for(
+        "build-ids of the seeded files",
+        Duration::from_secs(20),
+        || {
+            let (found, queued) = build_ids(&d);
+            found > 0 && queued == 0
+        },
+    );
+    wait_cpu(pid, 100);
+    wait_cpu(anonymous_run.0.id(), 50);
+    // Dumps give the daemon's own threads work to be sampled in.
+    for _ in 0..3 {
+        dump(&d);
+    }
+    let snapshot = dump(&d);
+    let id = snapshot_id(&snapshot);
+    let out = work.path();
+
+    let report = snapctl_json(
+        &d,
+        &[
+            "report",
+            snapshot.to_str().unwrap(),
+            "-o",
+            out.join("r.html").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let misses = unresolved(&report);
+    for file in [exe.to_str().unwrap(), daemon_exe.to_str().unwrap()] {
+        if let Some((frames, reason)) = misses.get(file) {
+            assert!(
+                !reason.contains("no build-id"),
+                "{file}: {frames} frames without a build-id: {misses:?}"
+            );
+        }
+    }
+    assert!(
+        !misses.contains_key(exe.to_str().unwrap()),
+        "the program's frames are all named: {misses:?}"
+    );
+    assert_eq!(
+        misses
+            .get(anonymous.to_str().unwrap())
+            .map(|(_, reason)| reason.as_str()),
+        Some("the snapshot has no build-id for it"),
+        "{misses:?}"
+    );
+
+    let collapsed = out.join("c.folded");
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            collapsed.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stacks = folded(&collapsed);
+    let of_program: Vec<&(Vec<String>, u64)> =
+        stacks.iter().filter(|(f, _)| f[0] == "newcomer").collect();
+    let samples: u64 = of_program.iter().map(|(_, n)| n).sum();
+    let hot: u64 = of_program
+        .iter()
+        .filter(|(f, _)| f.last().is_some_and(|l| l == "newcomer_hot_loop"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(samples >= 50, "samples of the program: {samples}");
+    assert!(
+        hot * 2 >= samples,
+        "{hot} of {samples} samples in newcomer_hot_loop: {of_program:?}"
+    );
+    // Every frame in its own file is named (never newcomer+0x...).
+    let own_unnamed: Vec<&String> = of_program
+        .iter()
+        .flat_map(|(f, _)| f.iter())
+        .filter(|f| f.starts_with("newcomer+0x"))
+        .collect();
+    assert!(own_unnamed.is_empty(), "{own_unnamed:?}");
+    // libc's local merge sort, named from libc6-dbg by build-id.
+    let msort: u64 = of_program
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x == "msort_with_tmp"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(msort > 0, "no msort_with_tmp in {of_program:?}");
+    let libc_unnamed: u64 = of_program
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x.starts_with("libc.so.6+0x")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        libc_unnamed * 20 <= samples,
+        "{libc_unnamed} of {samples} samples with an unnamed libc frame: {of_program:?}"
+    );
+    // The daemon's own frames: every one perf names is named (perf, on
+    // the same snapshot, is the reference; the daemon's threads have
+    // several comms, so its frames are counted by file).
+    let daemon_base = daemon_exe.file_name().unwrap().to_str().unwrap();
+    let ours_unnamed: u64 = stacks
+        .iter()
+        .map(|(f, n)| {
+            n * f
+                .iter()
+                .filter(|x| x.starts_with(&format!("{daemon_base}+0x")))
+                .count() as u64
+        })
+        .sum();
+    let perf = run(Command::new("perf")
+        .args(["script", "-F", "ip,sym,dso", "--pid"])
+        .arg(d.pid().to_string())
+        .arg("-i")
+        .arg(&snapshot));
+    let in_daemon: Vec<&str> = perf
+        .lines()
+        .filter(|l| {
+            l.trim_end()
+                .ends_with(&format!("({})", daemon_exe.display()))
+        })
+        .collect();
+    let perf_unnamed = in_daemon.iter().filter(|l| l.contains("[unknown]")).count() as u64;
+    let total = in_daemon.len() as u64;
+    assert!(total >= 10, "{total} frames of the daemon in the snapshot");
+    assert!(
+        ours_unnamed <= perf_unnamed + total / 20,
+        "{ours_unnamed} of the daemon's {total} frames unnamed; perf leaves {perf_unnamed}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .any(|(f, _)| f.iter().any(|x| x.contains("flightrecd::"))),
+        "no named frame of the daemon"
+    );
+
+    // archive carries both files, named by build-id.
+    let tarball = out.join("a.tar");
+    let archived = snapctl_json(
+        &d,
+        &[
+            "archive",
+            snapshot.to_str().unwrap(),
+            "-o",
+            tarball.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let names: Vec<&str> = archived["build_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    for file in [exe.to_str().unwrap(), daemon_exe.to_str().unwrap()] {
+        assert!(names.contains(&file), "{file} not in {names:?}");
+    }
+    let missing: Vec<&str> = archived["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(
+        missing.contains(&format!("{} (no build-id recorded)", anonymous.display()).as_str()),
+        "{missing:?}"
+    );
+    // With libc's debug file beside libc.
+    assert!(
+        names.contains(&format!("{libc} (debug)").as_str())
+            || names.iter().any(|n| n.ends_with("libc.so.6 (debug)")),
+        "{names:?}"
+    );
+    // Unpacked elsewhere, with the program gone: the archive names it.
+    drop(program);
+    std::fs::remove_file(&exe).unwrap();
+    let unpacked = out.join("unpacked");
+    unpack(&tarball, &unpacked);
+    let collapsed = out.join("from-archive.folded");
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            unpacked.join(format!("{id}.perf.data")).to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "--symfs",
+            unpacked.to_str().unwrap(),
+            "--no-local-files",
+            "-o",
+            collapsed.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stacks = folded(&collapsed);
+    assert!(
+        stacks
+            .iter()
+            .any(|(f, _)| f[0] == "newcomer" && f.iter().any(|x| x == "newcomer_hot_loop")),
+        "not named from the archive"
+    );
+    assert!(
+        stacks
+            .iter()
+            .any(|(f, _)| f.iter().any(|x| x == "msort_with_tmp")),
+        "libc's debug file not used from the archive"
+    );
+}
+
+/// `debuginfod -F DIR` on `port`, killed when dropped, and its log.
+struct Debuginfod {
+    _server: Running,
+    log: PathBuf,
+    url: String,
+}
+
+impl Debuginfod {
+    fn start(dir: &Path, work: &Path) -> Self {
+        let port = free_port();
+        let log = work.join("debuginfod.log");
+        let server = Running(
+            Command::new("debuginfod")
+                .arg("-F")
+                .arg(dir)
+                .args(["-p", &port.to_string(), "-d"])
+                .arg(work.join("debuginfod.sqlite"))
+                .arg("-vv")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("run debuginfod"),
+        );
+        Debuginfod {
+            _server: server,
+            log,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Requests for build-ids the server was sent.
+    fn requests(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("/buildid/"))
+            .count()
+    }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_stripped_program_is_named_from_debuginfod_only_when_asked() {
+    let test = "a_stripped_program_is_named_from_debuginfod_only_when_asked";
+    require_root(test);
+    if !have(test, "gcc", &["--version"])
+        || !have(test, "objcopy", &["--version"])
+        || !have(test, "debuginfod", &["--version"])
+        || !have(test, "curl", &["--version"])
+    {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let exe = gcc(work.path(), "fetched", FETCHED_C, &["-O2", "-g"]);
+    let served = work.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    let debug = served.join("fetched.debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(&debug));
+    let stripped = work.path().join("fetched-stripped");
+    run(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(&exe)
+        .arg(&stripped));
+    let id = run(Command::new("sh").arg("-c").arg(format!(
+        "readelf -n {} | sed -n 's/.*Build ID: //p'",
+        stripped.display()
+    )))
+    .trim()
+    .to_string();
+    assert_eq!(id.len(), 40, "build-id {id:?}");
+    let server = Debuginfod::start(&served, work.path());
+    // The server scans its directory in the background: it serves the
+    // file once it answers 200 for it.
+    let asked = format!("{}/buildid/{id}/debuginfo", server.url);
+    wait_for(
+        "debuginfod serving the debug file",
+        Duration::from_secs(30),
+        || {
+            Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", &asked])
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
+
+    let d = roomy_daemon();
+    let program = spawn(&mut Command::new(&stripped));
+    wait_cpu(program.0.id(), 100);
+    let snapshot = dump(&d);
+    drop(program);
+    let cache = work.path().join("cache");
+    let env = [("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap())];
+    let export = |name: &str, extra: &[&str]| {
+        let out = work.path().join(name);
+        let mut args = vec![
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let summary = snapctl_json(&d, &args, &env);
+        (folded(&out), summary)
+    };
+    let hot = |stacks: &[(Vec<String>, u64)]| -> (u64, u64) {
+        let mine: Vec<_> = stacks
+            .iter()
+            .filter(|(f, _)| f[0] == "fetched-strippe")
+            .collect();
+        (
+            mine.iter()
+                .filter(|(f, _)| f.iter().any(|x| x == "fetched_hot_loop"))
+                .map(|(_, n)| n)
+                .sum(),
+            mine.iter().map(|(_, n)| n).sum(),
+        )
+    };
+
+    // Without --debuginfod (and without DEBUGINFOD_URLS): nothing fetched.
+    let before = server.requests();
+    let (stacks, summary) = export("local.folded", &[]);
+    let (named, samples) = hot(&stacks);
+    assert!(samples >= 50, "samples of the program: {samples}");
+    assert_eq!(named, 0, "named without its debug file?");
+    assert_eq!(server.requests(), before, "a request without --debuginfod");
+    assert!(!cache.exists(), "the cache was written to");
+    let misses = unresolved(&summary);
+    let (_, reason) = misses
+        .get(stripped.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{misses:?}"));
+    assert!(reason.contains("--debuginfod"), "{reason}");
+
+    // With it: fetched once into elfutils' cache layout, and named.
+    let (stacks, _) = export("fetched.folded", &["--debuginfod", &server.url]);
+    let (named, samples) = hot(&stacks);
+    assert!(
+        named * 100 >= samples * 95,
+        "{named} of {samples} samples in fetched_hot_loop"
+    );
+    assert!(server.requests() > before);
+    assert_eq!(
+        std::fs::read(cache.join(&id).join("debuginfo")).unwrap(),
+        std::fs::read(&debug).unwrap()
+    );
+    // DEBUGINFOD_URLS asks as elfutils' does; --no-debuginfod refuses.
+    let with_env = [
+        ("DEBUGINFOD_CACHE_PATH", cache.to_str().unwrap()),
+        ("DEBUGINFOD_URLS", server.url.as_str()),
+    ];
+    let out = work.path().join("refused.folded");
+    std::fs::remove_dir_all(&cache).unwrap();
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "--no-debuginfod",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &with_env,
+    );
+    assert_eq!(hot(&folded(&out)).0, 0);
+    assert!(!cache.exists());
+    let out = work.path().join("env.folded");
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &with_env,
+    );
+    let (named, samples) = hot(&folded(&out));
+    assert!(named * 100 >= samples * 95, "{named} of {samples}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn node_jit_frames_are_named_after_the_process_exited() {
+    let test = "node_jit_frames_are_named_after_the_process_exited";
+    require_root(test);
+    if !have(test, "node", &["--version"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let script = work.path().join("loop.js");
+    std::fs::write(&script, LOOP_JS).unwrap();
+    let d = roomy_daemon();
+    // In the work directory: V8 leaves a log file where it runs.
+    let node = spawn(
+        Command::new("node")
+            .arg("--perf-basic-prof")
+            .arg(&script)
+            .current_dir(work.path()),
+    );
+    let pid = node.0.id();
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    // V8 optimized the loop (its map names `JS:*hotLoop`), and ran it.
+    wait_for("V8 optimizing hotLoop", Duration::from_secs(30), || {
+        std::fs::File::open(&map).is_ok_and(|f| {
+            BufReader::new(f)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.contains("JS:*hotLoop"))
+        })
+    });
+    wait_cpu(pid, 100);
+    let snapshot = dump(&d);
+    // The process and its map are gone before the report is made.
+    drop(node);
+    std::fs::remove_file(&map).unwrap();
+
+    let out = work.path().join("node.folded");
+    let summary = snapctl_json(
+        &d,
+        &[
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stacks = folded(&out);
+    let of_node: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == "node").collect();
+    let samples: u64 = of_node.iter().map(|(_, n)| n).sum();
+    // In the loop's optimized code, named by function.
+    let in_loop: u64 = of_node
+        .iter()
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|x| x.starts_with("JS:*hotLoop ") || x.starts_with("JS:*outer "))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(samples >= 50, "samples of node: {samples}");
+    assert!(
+        in_loop * 2 >= samples,
+        "{in_loop} of {samples} node samples in JS:*hotLoop or JS:*outer: {:?} {of_node:?}",
+        unresolved(&summary)
+    );
+    // No JIT frame of node is left as an anonymous address.
+    let anon: u64 = of_node
+        .iter()
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|x| x.starts_with("anon+0x") || x.starts_with("[unknown]"))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        anon * 20 <= samples,
+        "{anon} of {samples} with an unnamed JIT frame"
+    );
+}
