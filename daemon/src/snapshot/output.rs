@@ -7,7 +7,10 @@
 //! grown in chunks of up to 64 MiB (one copy into memory per piece instead
 //! of a `write()` call each), truncated to its exact length, fsync'ed,
 //! renamed to its final name (never over an existing file) and the
-//! directory fsync'ed. Each chunk's blocks are reserved with
+//! directory fsync'ed. A file placed before it in the same directory
+//! without a sync (the store's sidecar, [`Target::placed`]) is synced
+//! after its data and before its rename, and the one directory sync
+//! covers both names. Each chunk's blocks are reserved with
 //! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
 //! error here instead of a SIGBUS when a page of the map is first touched.
 //! On any error the temporary file is removed and the error names the file.
@@ -180,16 +183,18 @@ pub fn write_snapshot(
     dir: &Path,
     file_name: &str,
 ) -> Result<WrittenSnapshot, SnapshotError> {
-    write_snapshot_in_group(capture, opts, dir, file_name, None)
+    write_snapshot_in_group(capture, opts, dir, file_name, None, None)
 }
 
-/// [`write_snapshot`] giving the file to `group` (the socket group).
+/// [`write_snapshot`] giving the file to `group` (the socket group), with
+/// `placed` synced before its rename (see [`Target::placed`]).
 pub fn write_snapshot_in_group(
     capture: &Capture,
     opts: &WriteOptions,
     dir: &Path,
     file_name: &str,
     group: Option<u32>,
+    placed: Option<&File>,
 ) -> Result<WrittenSnapshot, SnapshotError> {
     let gathered;
     let host: &HostInfo = match &opts.host {
@@ -214,6 +219,7 @@ pub fn write_snapshot_in_group(
         file_name,
         group,
         expected_bytes: records,
+        placed,
     };
     write_encoded(
         &target,
@@ -235,6 +241,11 @@ pub struct Target<'a> {
     /// About how many bytes of records it will hold: reserved as it is
     /// written, never more than a chunk beyond it.
     pub expected_bytes: u64,
+    /// A file already named in `dir` but not synced (the store's sidecar,
+    /// `flightrec_files::NewFile::place_unsynced`): synced after the
+    /// snapshot's data and before its rename, so a snapshot on disk has
+    /// it; one directory sync after the rename covers both names.
+    pub placed: Option<&'a File>,
 }
 
 /// Why filling a snapshot stopped.
@@ -298,7 +309,7 @@ where
         path: path.clone(),
         source,
     })?;
-    commit(new, target.dir, target.file_name, false)?;
+    commit(new, target.dir, target.file_name, false, target.placed)?;
     Ok(WrittenSnapshot {
         path,
         bytes,
@@ -372,20 +383,27 @@ fn put_file(
         out.write(segment).map_err(write_err)?;
     }
     let len = out.finish().map_err(write_err)?;
-    commit(new, dir, name, replace)?;
+    commit(new, dir, name, replace, None)?;
     Ok(len)
 }
 
-/// Syncs `new` and renames it to `dir/name` (replacing an existing file
-/// only if `replace`), then syncs the directory.
-fn commit(new: NewFile, dir: &Path, name: &str, replace: bool) -> Result<(), SnapshotError> {
+/// Syncs `new` (then `placed`) and renames it to `dir/name` (replacing an
+/// existing file only if `replace`), then syncs the directory.
+fn commit(
+    new: NewFile,
+    dir: &Path,
+    name: &str,
+    replace: bool,
+    placed: Option<&File>,
+) -> Result<(), SnapshotError> {
     let path = dir.join(name);
     let existing = if replace {
         Existing::Replace
     } else {
         Existing::Keep
     };
-    new.commit(existing).map_err(|e| match e {
+    let placed: Vec<&File> = placed.into_iter().collect();
+    new.commit_with(existing, &placed).map_err(|e| match e {
         CommitError::Sync { source } => SnapshotError::Sync { path, source },
         CommitError::Rename { source } if source.kind() == io::ErrorKind::AlreadyExists => {
             SnapshotError::Exists { path }
