@@ -66,6 +66,7 @@ fn setup_of(live: &Live, history: &OnceLock<Arc<History>>) -> Setup {
         compress_by_default: snap.compression == Compression::Zstd,
         level: *snap.level.get_ref(),
         retention: config::retention_of(&cur.config.config),
+        writer_nice: *snap.writer_nice.get_ref(),
     }
 }
 

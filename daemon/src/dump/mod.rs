@@ -60,6 +60,8 @@ pub struct Setup {
     pub compress_by_default: bool,
     pub level: i32,
     pub retention: RetentionPolicy,
+    /// `[snapshot] writer_nice`: the dump thread's nice while it writes.
+    pub writer_nice: i32,
 }
 
 /// Told of every snapshot written, with the kinds of trigger it served.
