@@ -182,7 +182,6 @@ impl Pipeline {
             dir: setup.store.dir(),
             file_name: &file_name,
             group: setup.store.group_id(),
-            expected_bytes: 0,
             placed: Some(reservation.sidecar()),
         };
         let mut figures = None;
