@@ -78,15 +78,32 @@ impl BenchCgroups {
             std::fs::write(cgroups.parent.join("cgroup.subtree_control"), "+cpu")
                 .context("enabling the cpu controller below flightrec-bench")?;
         }
+        std::fs::create_dir_all(&cgroups.parent)
+            .with_context(|| format!("creating {}", cgroups.parent.display()))?;
+        cgroups.allow_realtime(&cgroups.parent)?;
         for child in ["recorder", "load"] {
             let dir = cgroups.parent.join(child);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             cgroups.set_weight(&dir, 100)?;
         }
+        cgroups.allow_realtime(&cgroups.recorder())?;
         if let Some(w) = recorder_weight {
             cgroups.set_weight(&cgroups.parent.join("recorder"), w)?;
         }
         Ok(cgroups)
+    }
+
+    /// With realtime group scheduling (v1 `cpu.rt_runtime_us`), a cgroup
+    /// starts with no realtime time and refuses a process with SCHED_FIFO
+    /// threads (flightrecd's way to frozen rings): `dir` is given 100 ms a
+    /// second, the recorder's from its parent's. Without it (v2, or a
+    /// kernel without RT_GROUP_SCHED) realtime threads go anywhere.
+    fn allow_realtime(&self, dir: &Path) -> Result<()> {
+        let file = dir.join("cpu.rt_runtime_us");
+        if self.version == Version::V2 || !file.exists() {
+            return Ok(());
+        }
+        std::fs::write(&file, "100000").with_context(|| format!("setting {}", file.display()))
     }
 
     fn set_weight(&self, dir: &Path, weight: u32) -> Result<()> {

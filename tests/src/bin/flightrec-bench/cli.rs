@@ -47,6 +47,14 @@ pub struct Args {
     /// `CPUWeight=`, 1 to 10000; 100, the default, is every cgroup's).
     #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub recorder_cpu_weight: Option<u32>,
+    /// The write scenario's recorders started under `nice -n N`
+    /// (systemd's `Nice=`: every thread).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub recorder_nice: Option<i32>,
+    /// flightrec's `snapshot.writer_nice` in the write scenario (its
+    /// default, -10, when not given).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub writer_nice: Option<i32>,
     /// Also write the results as Markdown to this file.
     #[arg(long)]
     pub markdown: Option<PathBuf>,

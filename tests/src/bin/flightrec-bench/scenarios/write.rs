@@ -34,7 +34,11 @@ pub fn write(args: &Args, groups: u32, placement: Placement, rings: &[u64]) -> R
     let cgroups = BenchCgroups::create(args.recorder_cpu_weight)?;
     let mut rows = Vec::new();
     for &ring in rings {
-        let setup = Setup::switch_and_clock(ring);
+        let setup = Setup {
+            writer_nice: args.writer_nice,
+            nice: args.recorder_nice,
+            ..Setup::switch_and_clock(ring)
+        };
         let mut signal_ms: [Vec<f64>; 2] = Default::default();
         let mut bytes: [Vec<f64>; 2] = Default::default();
         let mut dumps = Vec::new();
@@ -118,13 +122,19 @@ pub fn write(args: &Args, groups: u32, placement: Placement, rings: &[u64]) -> R
             target: "",
         });
     }
-    let weight = args
-        .recorder_cpu_weight
-        .map(|w| format!(", recorder's cgroup at CPU weight {w}"))
-        .unwrap_or_default();
+    let mut variant = String::new();
+    if let Some(w) = args.recorder_cpu_weight {
+        variant += &format!(", recorder's cgroup at CPU weight {w}");
+    }
+    if let Some(n) = args.recorder_nice {
+        variant += &format!(", recorders at nice {n}");
+    }
+    if let Some(n) = args.writer_nice {
+        variant += &format!(", flightrec's writer_nice = {n}");
+    }
     Ok(Section {
         title: format!(
-            "SIGUSR2 → complete file, messaging -g {groups}, {}{weight}",
+            "SIGUSR2 → complete file, messaging -g {groups}, {}{variant}",
             placement.name()
         ),
         rows,
