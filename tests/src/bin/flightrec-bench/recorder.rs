@@ -491,7 +491,11 @@ impl Recorder {
                 }
             }
             if Instant::now() > deadline {
-                bail!("{}: no snapshot 120 s after {what}", self.kind.name());
+                bail!(
+                    "{}: no snapshot 120 s after {what}; its log:\n{}",
+                    self.kind.name(),
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_micros(500));
         }
