@@ -5,6 +5,11 @@
 //!   need (`perf archive`), so it opens on another machine;
 //! - [`write_plain_copy`]: a decompressed copy for readers without zstd.
 //!
+//! A snapshot may come from another host (`snapctl fleet fetch`): it is
+//! read through `flightrec_perfdata::reader`'s checked [`FileLayout`],
+//! streamed into the tarball rather than read whole, and decompressed a
+//! piece at a time into the copy, within a limit on what it expands to.
+//!
 //! snapctl often runs as root, in directories others may write, on paths
 //! the snapshot's processes chose. So the output is created exclusively
 //! under an unpredictable temporary name and renamed into place without
@@ -16,16 +21,19 @@
 
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
-use flightrec_perfdata::reader::{self, BuildIdTableEntry, ReadError};
+use flightrec_perfdata::format::bit;
+use flightrec_perfdata::reader::{
+    self, BuildIdTableEntry, FileLayout, PlainFile, ReadError, default_limit,
+};
 use thiserror::Error;
 
-/// Largest decompressed data section [`write_plain_copy`] writes.
-const MAX_PLAIN_BYTES: u64 = 64 << 30;
+/// Bytes copied at a time into an output.
+const COPY_CHUNK: usize = 1 << 20;
 /// A mapped file whose reads take longer than this is left out.
 pub use flightrec_files::elf::READ_DEADLINE;
 /// A mapped file larger than this is left out.
@@ -39,6 +47,14 @@ pub enum ArchiveError {
     Snapshot { path: PathBuf, source: ReadError },
     #[error("{} already exists; give another -o or --force to replace it", path.display())]
     Exists { path: PathBuf },
+    #[error("{}: {}", path.display(), flightrec_report::too_large(*limit, *file_len, *given))]
+    TooLarge {
+        path: PathBuf,
+        limit: u64,
+        file_len: u64,
+        /// Whether the limit was `--max-decompressed`'s.
+        given: bool,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
@@ -132,12 +148,45 @@ fn running_kernel_build_id() -> Option<Vec<u8>> {
     flightrec_files::elf::build_id_in_notes(&std::fs::read("/sys/kernel/notes").ok()?)
 }
 
-/// Opens the snapshot the user named and reads it whole.
-fn read_snapshot(snapshot: &Path) -> Result<(Vec<u8>, Metadata), ArchiveError> {
+/// Opens the snapshot the user named and reads where its parts lie.
+fn open_snapshot(snapshot: &Path) -> Result<(File, Metadata, FileLayout), ArchiveError> {
     let (mut file, md) = open_regular(snapshot, Links::Follow).map_err(io_err(snapshot))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(io_err(snapshot))?;
-    Ok((bytes, md))
+    let layout = FileLayout::read(&mut file).map_err(snapshot_err(snapshot))?;
+    Ok((file, md, layout))
+}
+
+fn snapshot_err(path: &Path) -> impl FnOnce(ReadError) -> ArchiveError + '_ {
+    move |source| ArchiveError::Snapshot {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A reader of exactly `len` bytes: one that ends sooner is an error (a
+/// file cut while it is copied), never a short tar entry.
+struct Exactly<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exactly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the file ended {} bytes early", self.left),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 /// The access of an output made from a snapshot with metadata `md`: its
@@ -191,9 +240,10 @@ pub(crate) fn commit(new: NewFile, out: &Path, force: bool) -> Result<File, Arch
     })
 }
 
-/// The bytes of the file at `path` if it has build-id `build_id`.
-fn read_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<Vec<u8>> {
-    flightrec_files::elf::read_if_build_id(path, links, build_id, MAX_FILE_BYTES)
+/// A copy of the file at `path` (an anonymous temporary file) if it has
+/// build-id `build_id`.
+fn copy_if_build_id(path: &Path, links: Links, build_id: &[u8]) -> Option<File> {
+    flightrec_files::elf::copy_if_build_id(path, links, build_id, MAX_FILE_BYTES)
 }
 
 /// Writes `out` (a tar file): the snapshot at `snapshot` as `NAME`, and
@@ -207,11 +257,15 @@ pub fn write_archive(
     out: &Path,
     opts: ArchiveOptions,
 ) -> Result<ArchiveSummary, ArchiveError> {
-    let (bytes, md) = read_snapshot(snapshot)?;
-    let table = reader::build_id_table(&bytes).map_err(|source| ArchiveError::Snapshot {
-        path: snapshot.to_path_buf(),
-        source,
-    })?;
+    let (mut file, md, layout) = open_snapshot(snapshot)?;
+    // A file its readers would refuse is not packed for them.
+    layout
+        .check_contents(&mut file)
+        .map_err(snapshot_err(snapshot))?;
+    let build_ids = layout
+        .read_feature(&mut file, bit::BUILD_ID)
+        .map_err(snapshot_err(snapshot))?;
+    let table = reader::build_id_entries(build_ids.as_deref().unwrap_or_default());
     let (dir, file_name) = split_output(out)?;
     // Kernel addresses (the KASLR base) are for the snapshot's readers only.
     let access = access_like(&md, !opts.kallsyms);
@@ -223,7 +277,8 @@ pub fn write_archive(
         || "snapshot.perf.data".into(),
         |n| n.to_string_lossy().into_owned(),
     );
-    append_bytes(&mut tar, &name, &bytes, 0o640).map_err(io_err(&tmp))?;
+    file.seek(SeekFrom::Start(0)).map_err(io_err(snapshot))?;
+    append_exactly(&mut tar, &name, &mut file, layout.len, 0o640).map_err(io_err(&tmp))?;
 
     let mut summary = ArchiveSummary {
         mode: access.mode,
@@ -264,8 +319,8 @@ pub fn write_archive(
         let mut candidates = vec![(PathBuf::from(on_disk), Links::Refuse)];
         let found = loop {
             if let Some((c, links)) = candidates.pop() {
-                if let Some(elf) = read_if_build_id(&c, links, &build_id) {
-                    append_bytes(&mut tar, &cache_path(&id_hex, "elf"), &elf, 0o644)
+                if let Some(elf) = copy_if_build_id(&c, links, &build_id) {
+                    append_file(&mut tar, &cache_path(&id_hex, "elf"), elf, 0o644)
                         .map_err(io_err(&tmp))?;
                     break Some(c);
                 }
@@ -295,6 +350,40 @@ pub fn write_archive(
     Ok(summary)
 }
 
+/// Appends `len` bytes of `from` as `name`: a file that ends sooner is an
+/// error, never a short entry.
+fn append_exactly<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    from: impl Read,
+    len: u64,
+    mode: u32,
+) -> io::Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(len);
+    h.set_mode(mode);
+    h.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(
+        &mut h,
+        name,
+        Exactly {
+            inner: from,
+            left: len,
+        },
+    )
+}
+
+/// Appends the whole of `file` (a private copy: its length holds).
+fn append_file<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    mut file: File,
+    mode: u32,
+) -> io::Result<()> {
+    let len = file.metadata()?.len();
+    append_exactly(tar, name, &mut file, len, mode)
+}
+
 fn append_bytes<W: Write>(
     tar: &mut tar::Builder<W>,
     name: &str,
@@ -310,19 +399,47 @@ fn append_bytes<W: Write>(
 
 /// Writes a plain (uncompressed) copy of the compressed snapshot at
 /// `snapshot` to `out`, with the snapshot's mode and group; returns its
-/// size.
-pub fn write_plain_copy(snapshot: &Path, out: &Path, force: bool) -> Result<u64, ArchiveError> {
-    let (bytes, md) = read_snapshot(snapshot)?;
-    let plain =
-        reader::decompress(&bytes, MAX_PLAIN_BYTES).map_err(|source| ArchiveError::Snapshot {
+/// size. The records may take at most `max_decompressed` bytes (default:
+/// [`default_limit`] of the file's size), checked before `out` is
+/// created; they are decompressed as they are written.
+pub fn write_plain_copy(
+    snapshot: &Path,
+    out: &Path,
+    force: bool,
+    max_decompressed: Option<u64>,
+) -> Result<u64, ArchiveError> {
+    let (file, md, layout) = open_snapshot(snapshot)?;
+    if !layout.is_compressed() {
+        return Err(snapshot_err(snapshot)(ReadError::NotCompressed));
+    }
+    let limit = max_decompressed.unwrap_or_else(|| default_limit(md.len()));
+    let read_err = |source| match source {
+        ReadError::DecompressedTooLarge { limit } => ArchiveError::TooLarge {
             path: snapshot.to_path_buf(),
-            source,
-        })?;
+            limit,
+            file_len: md.len(),
+            given: max_decompressed.is_some(),
+        },
+        source => snapshot_err(snapshot)(source),
+    };
+    let mut plain = PlainFile::open(file, layout, limit).map_err(read_err)?;
     let (dir, file_name) = split_output(out)?;
     let mut new = NewFile::create(dir, file_name, access_like(&md, true)).map_err(io_err(out))?;
-    new.file_mut().write_all(&plain).map_err(io_err(out))?;
+    let mut w = BufWriter::with_capacity(COPY_CHUNK, new.file_mut());
+    let mut buf = vec![0u8; COPY_CHUNK];
+    loop {
+        let n = plain
+            .read(&mut buf)
+            .map_err(|e| read_err(ReadError::from_io(e)))?;
+        if n == 0 {
+            break;
+        }
+        w.write_all(&buf[..n]).map_err(io_err(out))?;
+    }
+    w.flush().map_err(io_err(out))?;
+    drop(w);
     commit(new, out, force)?;
-    Ok(plain.len() as u64)
+    Ok(plain.len())
 }
 
 #[cfg(test)]
@@ -359,8 +476,8 @@ mod tests {
         let fifo = dir.path().join("lib.so");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let started = std::time::Instant::now();
-        assert!(read_if_build_id(&fifo, Links::Refuse, &[1; 20]).is_none());
-        assert!(read_if_build_id(&fifo, Links::Follow, &[1; 20]).is_none());
+        assert!(copy_if_build_id(&fifo, Links::Refuse, &[1; 20]).is_none());
+        assert!(copy_if_build_id(&fifo, Links::Follow, &[1; 20]).is_none());
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }

@@ -28,9 +28,17 @@ Exit status:
 #[command(name = "snapctl", version, after_help = EXIT_CODES)]
 pub struct Args {
     /// The daemon's socket. Default: $FLIGHTREC_SOCKET, else daemon.socket
-    /// from /etc/flightrec/flightrec.toml, else /run/flightrec/flightrecd.sock.
+    /// of the daemon's config file (see --config), else
+    /// /run/flightrec/flightrecd.sock.
     #[arg(long, global = true, value_name = "PATH", env = "FLIGHTREC_SOCKET")]
     pub socket: Option<PathBuf>,
+
+    /// The daemon's config file, read for what snapctl is not told: the
+    /// socket and, for `fleet`, its [fleet] section. Default:
+    /// $FLIGHTREC_CONFIG, else /etc/flightrec/flightrec.toml when it
+    /// exists. A file named here must read as a valid config.
+    #[arg(long, global = true, value_name = "FILE", env = "FLIGHTREC_CONFIG")]
+    pub config: Option<PathBuf>,
 
     /// Print JSON (one object; `watch` prints one per line) instead of text.
     #[arg(long, global = true)]
@@ -79,6 +87,15 @@ pub enum Command {
         /// are not held by it.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Only this container: its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots, oldest first.
     List,
@@ -144,7 +161,9 @@ pub enum Command {
         force: bool,
     },
     /// Write a plain (uncompressed) copy of a compressed snapshot, for
-    /// readers without zstd (hotspot's perfparser).
+    /// readers without zstd (hotspot's perfparser). The records are
+    /// decompressed as they are written: memory stays a few MiB whatever
+    /// their size.
     Decompress {
         /// The snapshot's id or a path to a .perf.data file.
         snapshot: String,
@@ -152,6 +171,8 @@ pub enum Command {
         /// Default: ./ID.plain.perf.data.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -160,7 +181,10 @@ pub enum Command {
     /// losses, a per-CPU timeline of what ran (sched_switch), flame graphs
     /// of the sampled events (on CPU) and of the time threads waited (off
     /// CPU, from sched_switch call chains), and the top processes and
-    /// threads. Self-contained: open it in any browser, offline. Frames are
+    /// threads; where the snapshot recorded cgroups, the threads grouped
+    /// by container (named as the sidecar names them, else from the cgroup
+    /// path) with a container filter, and a scoped dump's scope.
+    /// Self-contained: open it in any browser, offline. Frames are
     /// named on this machine from files whose build-id matches the
     /// snapshot's (see --symfs); the others show as FILE+0xOFFSET.
     Report {
@@ -172,15 +196,18 @@ pub enum Command {
         output: Option<PathBuf>,
         #[command(flatten)]
         symbols: SymbolArgs,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
     },
     /// Write a snapshot's stacks for other tools: `pprof` (gzipped
     /// profile.proto with two sample types, `samples` of one event and
-    /// `off_cpu` nanoseconds: go tool pprof, Pyroscope, Parca) or
-    /// `collapsed` (folded stacks, `comm;root;...;leaf COUNT`: flamegraph.pl,
-    /// inferno, speedscope).
+    /// `off_cpu` nanoseconds, each sample labelled with its thread and,
+    /// where recorded, its cgroup, container and pod: go tool pprof,
+    /// Pyroscope, Parca) or `collapsed` (folded stacks,
+    /// `comm;root;...;leaf COUNT`: flamegraph.pl, inferno, speedscope).
     Export {
         /// The snapshot's id or a path to a .perf.data file.
         snapshot: String,
@@ -198,8 +225,17 @@ pub enum Command {
         /// collapsed: off-CPU time in microseconds instead of samples.
         #[arg(long)]
         off_cpu: bool,
+        /// collapsed: the root frame of every stack: `thread` (its name,
+        /// the default) or `container` (the container's name, `[host]`
+        /// for samples in none, then the thread's name). pprof labels
+        /// every sample with its container instead (`go tool pprof
+        /// -tagroot=container`).
+        #[arg(long, value_enum, value_name = "ROOT")]
+        by: Option<crate::report::FoldBy>,
         #[command(flatten)]
         symbols: SymbolArgs,
+        #[command(flatten)]
+        limits: ReadLimits,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
@@ -260,6 +296,18 @@ impl SymbolArgs {
     }
 }
 
+/// How much of a snapshot `decompress`, `report` and `export` read.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct ReadLimits {
+    /// Read a snapshot whose records take at most SIZE once decompressed,
+    /// e.g. 8GiB. Default: 64 times the file's size, at least 16 MiB (real
+    /// snapshots compress 4 to 15 times; a file from elsewhere, such as a
+    /// fleet fetch, could expand to anything). A file past the limit is
+    /// refused before any record is read.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_decompressed: Option<u64>,
+}
+
 #[derive(Subcommand)]
 pub enum FleetCommand {
     /// Ask every daemon (or those --select picks) for a snapshot; print one
@@ -297,6 +345,15 @@ pub enum FleetCommand {
         /// End the windows DUR after TIME.
         #[arg(long, value_name = "DUR", value_parser = parse_window_duration)]
         after: Option<Duration>,
+        /// Every host holds only this cgroup (a path relative to the cgroup root, e.g.
+        /// /system.slice/nginx.service; its descendants included). Repeat
+        /// for several.
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Every host holds only this container (the same pod on every node): its id (at least 12 hex digits) or its name.
+        /// Repeat for several.
+        #[arg(long = "container", value_name = "ID|NAME")]
+        containers: Vec<String>,
     },
     /// List the snapshots the daemons uploaded into the bucket.
     ///

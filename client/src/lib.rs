@@ -64,7 +64,7 @@ pub enum ClientError {
     Connect { path: PathBuf, message: String },
     #[error(
         "the daemon on {path} did not answer within {} (stopped or hung?); --timeout or FLIGHTREC_TIMEOUT change the limit",
-        humantime::format_duration(*after)
+        crate::render::std_duration(*after)
     )]
     Timeout { path: PathBuf, after: Duration },
     #[error("{message}")]
@@ -73,6 +73,10 @@ pub enum ClientError {
     Output(#[source] io::Error),
     #[error("NATS at {servers}: {message}")]
     Nats { servers: String, message: String },
+    /// The config file named by --config or FLIGHTREC_CONFIG cannot be
+    /// used.
+    #[error("{0} (named by --config or FLIGHTREC_CONFIG)")]
+    Config(flightrec_config::ConfigError),
     /// `fleet dump`: some hosts failed or did not answer (the replies
     /// were printed).
     #[error("{0}")]
@@ -91,6 +95,7 @@ impl ClientError {
             ClientError::Output(_) => "Output".into(),
             ClientError::Timeout { .. } => "Timeout".into(),
             ClientError::Fleet(_) => "Fleet".into(),
+            ClientError::Config(_) => "Config".into(),
             _ => "Connect".into(),
         };
         serde_json::json!({ "error": self.to_string(), "code": code, "exit": self.exit_code() })
@@ -113,6 +118,7 @@ impl ClientError {
             ClientError::Daemon { .. } | ClientError::Output(_) | ClientError::Fleet(_) => {
                 EXIT_DAEMON_ERROR
             }
+            ClientError::Config(_) => EXIT_USAGE,
         }
     }
 }

@@ -9,9 +9,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use flightrec_files::{Links, NewFile, open_regular};
+use flightrec_proto::container::Container;
 use flightrec_report::{
-    Measure, Names, PageContext, ReportError, Snapshot, SymbolSources, Unresolved, html, load,
-    pick_event, pprof, stacks, symbols,
+    Measure, Names, NotUsed, PageContext, ReportError, Snapshot, SymbolSources, Unresolved,
+    cgroups, html, load, pick_event, pprof, stacks, symbols,
 };
 
 use crate::archive::{ArchiveError, access_like, commit, split_output};
@@ -23,6 +24,24 @@ pub enum ExportFormat {
     Pprof,
     /// Folded stacks (flamegraph.pl, inferno, speedscope).
     Collapsed,
+}
+
+/// The root frame of `snapctl export --format collapsed`'s stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FoldBy {
+    /// The thread's name.
+    Thread,
+    /// The container's name (`[host]` outside any), then the thread's.
+    Container,
+}
+
+impl From<FoldBy> for stacks::Root {
+    fn from(by: FoldBy) -> Self {
+        match by {
+            FoldBy::Thread => stacks::Root::Thread,
+            FoldBy::Container => stacks::Root::Container,
+        }
+    }
 }
 
 impl ExportFormat {
@@ -44,6 +63,8 @@ pub struct Written {
     pub frames: usize,
     pub named: usize,
     pub unresolved: Vec<Unresolved>,
+    /// `--symfs` and `--kallsyms` that could not be used, with why.
+    pub not_used: Vec<NotUsed>,
     /// What the export holds (`samples of cpu-clock`, `off-CPU time`).
     pub content: String,
 }
@@ -54,22 +75,40 @@ pub enum ReportFailure {
     Read(#[from] ReportError),
     #[error(transparent)]
     Write(#[from] ArchiveError),
+    /// Options that do not go together.
+    #[error("{0}")]
+    Usage(String),
 }
 
-/// Reads the snapshot and names its frames.
-fn read(snapshot: &Path, sources: &SymbolSources) -> Result<(Snapshot, Names), ReportError> {
-    let snap = load::read(snapshot)?;
+/// Reads the snapshot (its records at most `max_decompressed` bytes, else
+/// the default limit), names its frames, and its containers as `known`
+/// (the snapshot's sidecar) names them, else from their cgroup paths.
+fn read(
+    snapshot: &Path,
+    sources: &SymbolSources,
+    max_decompressed: Option<u64>,
+    known: &[Container],
+) -> Result<(Snapshot, Names), ReportError> {
+    let mut snap = load::read(snapshot, max_decompressed)?;
+    cgroups::name_containers(&mut snap, known);
     let names = symbols::resolve(&snap, sources);
     Ok((snap, names))
 }
 
-fn written(path: Option<PathBuf>, bytes: usize, names: Names, content: String) -> Written {
+fn written(
+    path: Option<PathBuf>,
+    bytes: usize,
+    names: Names,
+    sources: &SymbolSources,
+    content: String,
+) -> Written {
     Written {
         path,
         bytes: bytes as u64,
         frames: names.frames.len(),
         named: names.frames.iter().filter(|f| f.function.is_some()).count(),
         unresolved: names.unresolved,
+        not_used: symbols::not_used(sources),
         content,
     }
 }
@@ -103,31 +142,63 @@ fn write_out(
     Ok(Some(out.to_path_buf()))
 }
 
-/// `snapctl report`: the HTML page of `snapshot` at `out`.
+/// `snapctl report`: the HTML page of `snapshot` at `out`; `known`: the
+/// containers its sidecar names.
 pub fn write_report(
     snapshot: &Path,
     out: &Path,
     ctx: &PageContext,
+    known: &[Container],
     sources: &SymbolSources,
+    max_decompressed: Option<u64>,
     force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources)?;
+    let (snap, names) = read(snapshot, sources, max_decompressed, known)?;
     let page = html::page(&snap, &names, ctx);
     let path = write_out(snapshot, out, page.as_bytes(), force)?;
-    Ok(written(path, page.len(), names, "report".into()))
+    Ok(written(path, page.len(), names, sources, "report".into()))
 }
 
-/// `snapctl export`.
+/// What `snapctl export` writes.
+#[derive(Debug, Clone)]
+pub struct ExportRequest {
+    pub format: ExportFormat,
+    /// The sampled event (default: the first).
+    pub event: Option<String>,
+    pub off_cpu: bool,
+    /// collapsed: the stacks' root frame (default: the thread).
+    pub by: Option<FoldBy>,
+    /// `--max-decompressed`.
+    pub max_decompressed: Option<u64>,
+    pub force: bool,
+}
+
+/// `snapctl export`; `known`: the containers the snapshot's sidecar names.
 pub fn write_export(
     snapshot: &Path,
     out: &Path,
-    format: ExportFormat,
-    event: Option<&str>,
-    off_cpu: bool,
+    request: &ExportRequest,
+    known: &[Container],
     sources: &SymbolSources,
-    force: bool,
 ) -> Result<Written, ReportFailure> {
-    let (snap, names) = read(snapshot, sources)?;
+    let ExportRequest {
+        format,
+        ref event,
+        off_cpu,
+        by,
+        max_decompressed,
+        force,
+    } = *request;
+    if format == ExportFormat::Pprof && by.is_some() {
+        return Err(ReportFailure::Usage(
+            "--by applies to --format collapsed; pprof labels every sample with its \
+             container (go tool pprof -tagroot=container)"
+                .into(),
+        ));
+    }
+    let root = by.map_or(stacks::Root::Thread, stacks::Root::from);
+    let event = event.as_deref();
+    let (snap, names) = read(snapshot, sources, max_decompressed, known)?;
     let (bytes, content) = match format {
         ExportFormat::Pprof => {
             // Both sample types are in every pprof profile; the event picks
@@ -148,17 +219,17 @@ pub fn write_export(
             )
         }
         ExportFormat::Collapsed if off_cpu => (
-            stacks::folded(&snap, &names, Measure::OffCpu).into_bytes(),
+            stacks::folded(&snap, &names, Measure::OffCpu, root).into_bytes(),
             "off-CPU time in microseconds".to_string(),
         ),
         ExportFormat::Collapsed => {
             let event = pick_event(&snap, event)?;
             (
-                stacks::folded(&snap, &names, Measure::Samples(event)).into_bytes(),
+                stacks::folded(&snap, &names, Measure::Samples(event), root).into_bytes(),
                 format!("samples of {}", snap.events[event].name),
             )
         }
     };
     let path = write_out(snapshot, out, &bytes, force)?;
-    Ok(written(path, bytes.len(), names, content))
+    Ok(written(path, bytes.len(), names, sources, content))
 }

@@ -28,13 +28,14 @@ pub use fleet::{
 pub use load::{ConfigError, LoadedConfig};
 pub use message::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, line_column, quoted, truncated};
 pub use schema::{
-    BuffersConfig, Compression, Config, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, DEFAULT_SOCKET_GROUP,
-    DaemonConfig, EventConfig, HistoryConfig, RetentionConfig, SnapshotConfig, TrackingConfig,
-    default_events,
+    BuffersConfig, Compression, Config, ContainersConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET,
+    DEFAULT_SOCKET_GROUP, DaemonConfig, EventConfig, HistoryConfig, RetentionConfig,
+    SnapshotConfig, TrackingConfig, default_events,
 };
 pub use trigger::{
-    DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, PsiResource, PsiSpec, TriggerConfig,
-    TriggerOn, check_trigger_name,
+    DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, MAX_CGROUP_BYTES, MAX_TRIGGER_CGROUPS,
+    MemoryCounter, PsiResource, PsiSpec, TriggerConfig, TriggerOn, TriggerScope, check_cgroup_glob,
+    check_trigger_name,
 };
 pub use units::{ByteSize, HumanDuration};
 pub use validate::{

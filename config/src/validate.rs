@@ -9,7 +9,8 @@ use toml::Spanned;
 use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
 use crate::schema::{
-    BuffersConfig, Config, DaemonConfig, EventConfig, HistoryConfig, SnapshotConfig, TrackingConfig,
+    BuffersConfig, Config, ContainersConfig, DaemonConfig, EventConfig, HistoryConfig,
+    SnapshotConfig, TrackingConfig,
 };
 use crate::units::ByteSize;
 
@@ -120,6 +121,35 @@ impl HistoryConfig {
     }
 }
 
+/// Runtime sockets asked at most.
+pub const MAX_RUNTIME_SOCKETS: usize = 8;
+
+impl ContainersConfig {
+    pub(crate) fn validate(&self) -> Result<(), (Range<usize>, String)> {
+        if let Some(extra) = self.runtime_sockets.get(MAX_RUNTIME_SOCKETS) {
+            return Err((
+                extra.span(),
+                format!("containers.runtime_sockets: at most {MAX_RUNTIME_SOCKETS} sockets"),
+            ));
+        }
+        for socket in &self.runtime_sockets {
+            let path = socket.get_ref();
+            crate::checks::check_path(path)
+                .map_err(|why| (socket.span(), format!("containers.runtime_sockets: {why}")))?;
+            if !path.is_absolute() {
+                return Err((
+                    socket.span(),
+                    format!(
+                        "containers.runtime_sockets: {} is not an absolute path",
+                        quoted(&path.to_string_lossy())
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// More checkpoints than this cost memory and save a dump nothing.
 const MAX_CHECKPOINTS_LIMIT: u64 = 4096;
 
@@ -133,6 +163,7 @@ impl Config {
         self.tracking
             .validate(self.buffers.tracking_log.get_ref().bytes())?;
         self.history.validate()?;
+        self.containers.validate()?;
         validate_events(&self.events)?;
         crate::trigger::validate_triggers(&self.triggers)?;
         if let Some(fleet) = &self.fleet {

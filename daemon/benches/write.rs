@@ -134,6 +134,7 @@ fn main() {
         let opts = WriteOptions {
             compression: level,
             host: Some(host.clone()),
+            scope: None,
         };
         let mut n = 0;
         let (write_time, written) = best(|| {
@@ -179,6 +180,7 @@ fn main() {
         &WriteOptions {
             compression: None,
             host: Some(host.clone()),
+            scope: None,
         },
         dir.path(),
         "plain.data",

@@ -32,6 +32,7 @@ pub mod log_limit;
 pub mod perf;
 pub mod recorder;
 pub mod ring;
+pub mod runtimes;
 pub mod snapshot;
 pub mod store;
 pub mod time;

@@ -140,6 +140,7 @@ fn captured_snapshots_read_in_perf_with_comms_symbols_and_losses() {
     let opts = |level| WriteOptions {
         compression: level,
         host: Some(Arc::clone(&host)),
+        scope: None,
     };
     let plain = write_snapshot(&capture, &opts(None), dir.path(), "plain.perf.data").unwrap();
     let packed = write_snapshot(&capture, &opts(Some(3)), dir.path(), "zstd.perf.data").unwrap();
@@ -321,6 +322,7 @@ fn a_module_loaded_after_start_has_its_map_in_this_and_later_snapshots() {
     let opts = WriteOptions {
         compression: None,
         host: Some(host),
+        scope: None,
     };
     // The first window reaches back before the load: the record is among
     // its tracking records. So does the second (it reaches back through

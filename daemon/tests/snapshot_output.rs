@@ -67,6 +67,7 @@ fn full_disk_fails_cleanly_and_keeps_earlier_snapshots() {
     let opts = WriteOptions {
         compression: None,
         host: Some(std::sync::Arc::new(synthetic_host(SCHED_SWITCH_FORMAT))),
+        scope: None,
     };
     let small = synthetic_capture(&SyntheticSpec {
         samples_per_cpu: 20,
@@ -108,6 +109,7 @@ fn compressing_replaces_the_file_and_refuses_a_second_time() {
     let opts = WriteOptions {
         compression: None,
         host: Some(std::sync::Arc::new(synthetic_host(SCHED_SWITCH_FORMAT))),
+        scope: None,
     };
     let capture = synthetic_capture(&SyntheticSpec {
         samples_per_cpu: 3_000,

@@ -65,6 +65,7 @@ fn opts(level: Option<i32>, tracepoints: &[(String, String)]) -> WriteOptions {
     WriteOptions {
         compression: level,
         host: Some(Arc::new(HostInfo::gather(tracepoints).unwrap())),
+        scope: None,
     }
 }
 

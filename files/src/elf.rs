@@ -43,15 +43,17 @@ impl Budget<'_> {
     }
 }
 
-/// How long [`read_if_build_id`] waits for a file's bytes.
+/// How long [`copy_if_build_id`] waits for a file's bytes.
 pub const READ_DEADLINE: Duration = Duration::from_secs(10);
 
-/// The bytes of the regular file at `path` (opened without blocking) if its
-/// build-id is `wanted` and it is at most `max` bytes; `None` otherwise,
-/// or when its reads take longer than [`READ_DEADLINE`] (a file system
-/// that never answers). The reads run on a thread of their own, which a
-/// hung read leaves behind until the process ends.
-pub fn read_if_build_id(path: &Path, links: Links, wanted: &[u8], max: u64) -> Option<Vec<u8>> {
+/// A copy of the regular file at `path` (opened without blocking), in an
+/// anonymous temporary file read from its start, if its build-id is
+/// `wanted` and it is at most `max` bytes; `None` otherwise, or when its
+/// reads take longer than [`READ_DEADLINE`] (a file system that never
+/// answers). Copied a piece at a time: a large file costs disk, never
+/// memory. The reads run on a thread of their own, which a hung read
+/// leaves behind until the process ends.
+pub fn copy_if_build_id(path: &Path, links: Links, wanted: &[u8], max: u64) -> Option<File> {
     let (file, md) = open_regular(path, links).ok()?;
     if md.len() > max {
         return None;
@@ -59,18 +61,20 @@ pub fn read_if_build_id(path: &Path, links: Links, wanted: &[u8], max: u64) -> O
     let wanted = wanted.to_vec();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let read = (build_id(&file).as_deref() == Some(&wanted[..]))
-            .then(|| read_whole(file, md.len()))
+        let copy = (build_id(&file).as_deref() == Some(&wanted[..]))
+            .then(|| copy_whole(file, md.len()))
             .and_then(Result::ok);
-        let _ = tx.send(read);
+        let _ = tx.send(copy);
     });
     rx.recv_timeout(READ_DEADLINE).ok().flatten()
 }
 
-fn read_whole(mut file: File, len: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    Read::by_ref(&mut file).take(len).read_to_end(&mut bytes)?;
-    Ok(bytes)
+fn copy_whole(mut file: File, len: u64) -> io::Result<File> {
+    use std::io::Seek;
+    let mut copy = tempfile::tempfile()?;
+    io::copy(&mut Read::by_ref(&mut file).take(len), &mut copy)?;
+    copy.rewind()?;
+    Ok(copy)
 }
 
 /// The GNU build-id of `file` (an ELF file of either class and byte

@@ -134,6 +134,22 @@ pub fn push_kernel_mmap(out: &mut Vec<u8>, attr: &EventAttr, text: u64, id: &Sam
     });
 }
 
+/// CGROUP: a cgroup's id and its path relative to the root of its
+/// hierarchy (`/`, `/system.slice/nginx.service`), as `perf record
+/// --all-cgroups` synthesizes one for every cgroup at its start.
+pub fn push_cgroup(
+    out: &mut Vec<u8>,
+    attr: &EventAttr,
+    cgroup: u64,
+    path: &str,
+    id: &SampleId,
+) -> bool {
+    push_record(out, record_type::CGROUP, 0, attr, id, |b| {
+        b.extend_from_slice(&cgroup.to_le_bytes());
+        push_padded_str(b, path.as_bytes());
+    })
+}
+
 /// LOST_SAMPLES: perf report's "Total Lost Samples".
 pub fn push_lost_samples(out: &mut Vec<u8>, attr: &EventAttr, lost: u64, id: &SampleId) {
     push_record(out, record_type::LOST_SAMPLES, 0, attr, id, |b| {

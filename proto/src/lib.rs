@@ -4,11 +4,13 @@
 //! `protoc` needed). The daemon serves it over a Unix socket and `snapctl`
 //! is its client. [`object`]: the names and headers of snapshots uploaded
 //! by the fleet, which `snapctl fleet` reads. [`sidecar`]: the file beside
-//! each snapshot that says what triggered it.
+//! each snapshot that says what triggered it. [`container`]: which
+//! service, container or pod a cgroup path is.
 
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod container;
 pub mod object;
 pub mod sidecar;
 

@@ -2,12 +2,20 @@
 //! [`Snapshot`]: one pass over the records in time order that keeps each
 //! process's maps and names as perf does (FORK copies, an exec clears, MMAP
 //! adds), so every frame is looked up in the maps of its own moment.
+//!
+//! A snapshot may come from another host (`snapctl fleet fetch`), so the
+//! parser (`linux-perf-data`, which allocates what a header claims and
+//! decompresses without bound) never sees the file itself: it reads
+//! `flightrec_perfdata`'s [`PlainFile`] view of it, whose sections were
+//! checked against the file and whose records were found to decompress to
+//! at most the limit before the first one is parsed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
 use std::path::Path;
 
 use flightrec_files::{Links, open_regular};
+use flightrec_perfdata::reader::{FileLayout, PlainFile, ReadError, default_limit};
 use linux_perf_data::linux_perf_event_reader::{
     CommOrExecRecord, CpuMode, EventRecord, ForkOrExitRecord, Mmap2FileId, PerfEventType,
     RecordType, SampleRecord, SamplingPolicy,
@@ -15,6 +23,7 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{DsoKey, Feature, PerfFileReader, PerfFileRecord};
 
 use crate::ReportError;
+use crate::cgroups::{self, CgroupTable};
 use crate::model::*;
 use crate::tracefmt::{SwitchFields, SwitchRecord};
 
@@ -29,17 +38,38 @@ const EXITING: u64 = 0x10 | 0x20;
 /// TASK_REPORT_MAX on 6.x kernels, means it was preempted runnable).
 const SLEEP_STATES: u64 = 0xff;
 
-/// Reads the snapshot at `path`.
-pub fn read(path: &Path) -> Result<Snapshot, ReportError> {
+/// Reads the snapshot at `path`, whose records may take at most
+/// `max_decompressed` bytes once decompressed (default: [`default_limit`]
+/// of the file's size).
+pub fn read(path: &Path, max_decompressed: Option<u64>) -> Result<Snapshot, ReportError> {
     let err = |e: &dyn std::fmt::Display| ReportError::Snapshot {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    let (file, _) = open_regular(path, Links::Follow).map_err(|e| err(&e))?;
+    let (mut file, md) = open_regular(path, Links::Follow).map_err(|e| err(&e))?;
+    let limit = max_decompressed.unwrap_or_else(|| default_limit(md.len()));
+    let read_err = |e: ReadError| match e {
+        ReadError::DecompressedTooLarge { limit } => ReportError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+            file_len: md.len(),
+            given: max_decompressed.is_some(),
+        },
+        e => err(&e),
+    };
+    let layout = FileLayout::read(&mut file).map_err(read_err)?;
+    let plain = PlainFile::open(file, layout, limit).map_err(read_err)?;
+    // The limit or torn data met while parsing (the file changed since it
+    // was checked) is said as itself, not as the parser's I/O error.
+    let parse_err = |e: linux_perf_data::Error| match e {
+        linux_perf_data::Error::IoError(io) => read_err(ReadError::from_io(io)),
+        e => err(&e),
+    };
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(BufReader::new(file)).map_err(|e| err(&e))?;
+    } = PerfFileReader::parse_file(BufReader::with_capacity(256 << 10, plain))
+        .map_err(parse_err)?;
 
     let mut loader = Loader::default();
     let snap = &mut loader.snap;
@@ -107,10 +137,7 @@ pub fn read(path: &Path) -> Result<Snapshot, ReportError> {
     }
     loader.switch_fields = switch_fields;
 
-    while let Some(record) = record_iter
-        .next_record(&mut perf_file)
-        .map_err(|e| err(&e))?
-    {
+    while let Some(record) = record_iter.next_record(&mut perf_file).map_err(parse_err)? {
         let PerfFileRecord::EventRecord { attr_index, record } = record else {
             continue;
         };
@@ -126,12 +153,22 @@ pub fn read(path: &Path) -> Result<Snapshot, ReportError> {
             }
             continue;
         }
+        if record.record_type == RecordType::CGROUP {
+            loader.cgroups.record(&record.data.as_slice());
+            continue;
+        }
         let Ok(parsed) = record.parse() else {
             continue;
         };
         let t = time.unwrap_or(0);
         match parsed {
-            EventRecord::Sample(s) => loader.sample(attr_index, &s, t),
+            EventRecord::Sample(s) => {
+                let cgroup = cgroups::sample_cgroup(
+                    record.parse_info.sample_format.bits(),
+                    &record.data.as_slice(),
+                );
+                loader.sample(attr_index, &s, t, cgroup);
+            }
             EventRecord::Comm(c) => loader.comm(&c),
             EventRecord::Fork(f) => loader.fork(&f),
             EventRecord::Exit(e) => loader.exit(&e),
@@ -177,6 +214,7 @@ struct SwitchedOut {
     start: u64,
     stack: StackId,
     sleeping: bool,
+    cgroup: Option<CgroupIndex>,
 }
 
 #[derive(Default)]
@@ -195,6 +233,7 @@ struct Loader {
     /// CPU -> the thread running since.
     running: HashMap<u32, (ThreadId, u64)>,
     switched_out: HashMap<i32, SwitchedOut>,
+    cgroups: CgroupTable,
 }
 
 impl Loader {
@@ -312,7 +351,8 @@ impl Loader {
         space.insert(start, LiveMap { end, pgoff, map });
     }
 
-    fn sample(&mut self, attr_index: usize, s: &SampleRecord, t: u64) {
+    /// A sample, and the id of the cgroup it was taken in, if recorded.
+    fn sample(&mut self, attr_index: usize, s: &SampleRecord, t: u64, cgroup: Option<u64>) {
         let Some(event) = self.snap.events.get_mut(attr_index) else {
             return;
         };
@@ -322,13 +362,14 @@ impl Loader {
         let tid = s.tid.unwrap_or(-1);
         let cpu = s.cpu.unwrap_or(0);
         let stack = self.stack(pid, s);
+        let cgroup = cgroup.map(|id| self.cgroups.intern(id));
         if is_switch {
             let rec = match (&self.switch_fields, &s.raw) {
                 (Some(f), Some(raw)) => f.parse(&raw.as_slice()),
                 _ => None,
             };
             if let Some(rec) = rec {
-                self.switch(cpu, t, pid, &rec, stack);
+                self.switch(cpu, t, pid, &rec, stack, cgroup);
             }
             return;
         }
@@ -340,10 +381,21 @@ impl Loader {
             thread,
             stack,
             period: s.period.unwrap_or(1),
+            cgroup,
         });
     }
 
-    fn switch(&mut self, cpu: u32, t: u64, prev_tgid: i32, rec: &SwitchRecord, stack: StackId) {
+    /// A switch; `cgroup` is the one its record was taken in (the task
+    /// switching out's).
+    fn switch(
+        &mut self,
+        cpu: u32,
+        t: u64,
+        prev_tgid: i32,
+        rec: &SwitchRecord,
+        stack: StackId,
+        cgroup: Option<CgroupIndex>,
+    ) {
         let prev_pid = self.names.get(&rec.prev_pid).map_or(prev_tgid, |n| n.0);
         self.names
             .insert(rec.prev_pid, (prev_pid, rec.prev_comm.clone()));
@@ -373,6 +425,7 @@ impl Loader {
                     end: t,
                     stack: out.stack,
                     sleeping: out.sleeping,
+                    cgroup: out.cgroup,
                 });
             }
         }
@@ -389,6 +442,7 @@ impl Loader {
                     start: t,
                     stack,
                     sleeping: rec.prev_state & SLEEP_STATES != 0,
+                    cgroup,
                 },
             );
         }
@@ -450,6 +504,7 @@ impl Loader {
     }
 
     fn finish(mut self) -> Snapshot {
+        std::mem::take(&mut self.cgroups).finish(&mut self.snap);
         // Threads still off CPU at the end were off until then.
         let end = self.snap.last_ns;
         for out in self.switched_out.into_values() {
@@ -459,6 +514,7 @@ impl Loader {
                 end,
                 stack: out.stack,
                 sleeping: out.sleeping,
+                cgroup: out.cgroup,
             });
         }
         for (cpu, (thread, since)) in self.running {
@@ -511,10 +567,10 @@ mod tests {
     #[test]
     fn a_thread_is_off_cpu_from_its_switch_out_to_its_switch_in_on_any_cpu() {
         let mut l = Loader::default();
-        l.switch(0, 100, 0, &switch(0, 0, 7), 0);
+        l.switch(0, 100, 0, &switch(0, 0, 7), 0, None);
         // 7 sleeps on CPU 0 at 200 and wakes on CPU 1 at 450.
-        l.switch(0, 200, 7, &switch(7, 1, 0), 3);
-        l.switch(1, 450, 0, &switch(0, 0, 7), 0);
+        l.switch(0, 200, 7, &switch(7, 1, 0), 3, None);
+        l.switch(1, 450, 0, &switch(0, 0, 7), 0, None);
         l.seen(1, 500);
         let snap = l.finish();
         assert_eq!(snap.off_cpu.len(), 1);
@@ -534,9 +590,9 @@ mod tests {
     fn preempted_exiting_and_never_woken_threads_are_told_apart() {
         let mut l = Loader::default();
         // Preempted while runnable (6.x reports 0x100, older kernels 0).
-        l.switch(0, 10, 5, &switch(5, 0x100, 6), 1);
-        l.switch(0, 20, 6, &switch(6, 0x10, 5), 2); // 6 exits
-        l.switch(0, 30, 5, &switch(5, 2, 0), 4); // 5 sleeps (D), never back
+        l.switch(0, 10, 5, &switch(5, 0x100, 6), 1, None);
+        l.switch(0, 20, 6, &switch(6, 0x10, 5), 2, None); // 6 exits
+        l.switch(0, 30, 5, &switch(5, 2, 0), 4, None); // 5 sleeps (D), never back
         l.seen(0, 90);
         let snap = l.finish();
         let off: Vec<(u64, u64, bool)> = snap

@@ -12,6 +12,12 @@ pub type StackId = u32;
 pub type FrameId = u32;
 /// Index into [`Snapshot::maps`].
 pub type MapId = u32;
+/// Index into [`Snapshot::cgroups`].
+pub type CgroupIndex = u32;
+/// Index into [`Snapshot::containers`].
+pub type ContainerIndex = u32;
+
+pub use flightrec_proto::container::Container;
 
 /// Where a frame's address points, as it is looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,6 +83,9 @@ pub struct Sample {
     pub thread: ThreadId,
     pub stack: StackId,
     pub period: u64,
+    /// The cgroup the sampled task was in (`PERF_SAMPLE_CGROUP`), when
+    /// the event records it.
+    pub cgroup: Option<CgroupIndex>,
 }
 
 /// A thread running on a CPU from `start` to `end` (from two switches).
@@ -98,11 +107,35 @@ pub struct OffCpu {
     pub stack: StackId,
     /// It went to sleep (blocked); false when preempted while runnable.
     pub sleeping: bool,
+    /// The cgroup it switched out of (the `sched_switch` record's).
+    pub cgroup: Option<CgroupIndex>,
 }
 
 impl OffCpu {
     pub fn duration(&self) -> u64 {
         self.end.saturating_sub(self.start)
+    }
+}
+
+/// A cgroup samples were recorded in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup {
+    /// The kernel's id (the cgroup2 directory's inode number).
+    pub id: u64,
+    /// Its path relative to the hierarchy's root (`/system.slice/x.service`),
+    /// from the file's CGROUP records; `None` when none names the id.
+    pub path: Option<String>,
+    /// The container, service or pod it is part of, if any.
+    pub container: Option<ContainerIndex>,
+}
+
+impl Cgroup {
+    /// The path, or the id when no record named it.
+    pub fn label(&self) -> String {
+        match &self.path {
+            Some(p) => p.clone(),
+            None => format!("[cgroup id {}]", self.id),
+        }
     }
 }
 
@@ -124,6 +157,12 @@ pub struct Snapshot {
     /// Leaf first.
     pub stacks: Vec<Vec<FrameId>>,
     pub maps: Vec<MapInfo>,
+    /// The cgroups samples and off-CPU intervals point at.
+    pub cgroups: Vec<Cgroup>,
+    /// The containers (and systemd services) of those cgroups, each once:
+    /// named from the cgroup path, and by the runtime when the snapshot's
+    /// sidecar says ([`crate::cgroups::name_containers`]).
+    pub containers: Vec<Container>,
     /// Kernel and module maps at the end of the file, by start address.
     pub kernel_maps: BTreeMap<u64, MapId>,
     /// `_text` as the snapshot's kernel map gives it.
@@ -155,5 +194,10 @@ impl Snapshot {
 
     pub fn event_named(&self, name: &str) -> Option<usize> {
         self.events.iter().position(|e| e.name == name)
+    }
+
+    /// The container a cgroup (of a sample or interval) is in.
+    pub fn container_of(&self, cgroup: Option<CgroupIndex>) -> Option<ContainerIndex> {
+        self.cgroups.get(cgroup? as usize)?.container
     }
 }

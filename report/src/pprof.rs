@@ -3,7 +3,9 @@
 //! sampled event) and `off_cpu` (nanoseconds), every frame a location with
 //! its function already named (`has_functions`, so pprof does not look for
 //! binaries), mappings with their build-ids, and each sample labelled with
-//! its thread's name, pid and tid.
+//! its thread's name, pid and tid, and where the snapshot recorded it, its
+//! `cgroup` (the path), `container` (its name: the runtime's, else the
+//! runtime and short id, or the systemd unit), `pod` and `namespace`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -12,7 +14,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use crate::model::{FrameKey, MapId, Snapshot};
+use crate::model::{CgroupIndex, FrameKey, MapId, Snapshot};
 use crate::stacks::{Measure, weigh};
 use crate::symbols::{Names, hex};
 
@@ -186,10 +188,11 @@ pub fn profile(snap: &Snapshot, names: &Names, event: usize) -> Profile {
         strings.get("pid"),
         strings.get("tid"),
     );
+    let mut cgroup_labels: HashMap<CgroupIndex, Vec<proto::Label>> = HashMap::new();
     for (measure, column) in [(Measure::Samples(event), 0), (Measure::OffCpu, 1)] {
         let mut weights: Vec<_> = weigh(snap, measure).into_iter().collect();
         weights.sort_unstable();
-        for ((thread, stack), w) in weights {
+        for ((thread, cgroup, stack), w) in weights {
             let mut location_id = Vec::new();
             for &frame in &snap.stacks[stack as usize] {
                 let next = locations.len() as u64 + 1;
@@ -224,26 +227,34 @@ pub fn profile(snap: &Snapshot, names: &Names, event: usize) -> Profile {
             let t = &snap.threads[thread as usize];
             let mut value = vec![0i64; 2];
             value[column] = w as i64;
+            let mut label = vec![
+                proto::Label {
+                    key: comm,
+                    str: strings.get(&t.comm),
+                    num: 0,
+                },
+                proto::Label {
+                    key: pid,
+                    str: 0,
+                    num: i64::from(t.pid),
+                },
+                proto::Label {
+                    key: tid,
+                    str: 0,
+                    num: i64::from(t.tid),
+                },
+            ];
+            if let Some(c) = cgroup {
+                label.extend_from_slice(
+                    cgroup_labels
+                        .entry(c)
+                        .or_insert_with(|| labels_of_cgroup(snap, c, &mut strings)),
+                );
+            }
             p.sample.push(proto::Sample {
                 location_id,
                 value,
-                label: vec![
-                    proto::Label {
-                        key: comm,
-                        str: strings.get(&t.comm),
-                        num: 0,
-                    },
-                    proto::Label {
-                        key: pid,
-                        str: 0,
-                        num: i64::from(t.pid),
-                    },
-                    proto::Label {
-                        key: tid,
-                        str: 0,
-                        num: i64::from(t.tid),
-                    },
-                ],
+                label,
             });
         }
     }
@@ -263,6 +274,42 @@ pub fn profile(snap: &Snapshot, names: &Names, event: usize) -> Profile {
     }
     p.string_table = strings.table;
     p
+}
+
+/// The string labels of a sample taken in cgroup `c`: `cgroup`, and
+/// `container`, `pod` and `namespace` where it is in one that has them.
+fn labels_of_cgroup(snap: &Snapshot, c: CgroupIndex, strings: &mut Strings) -> Vec<proto::Label> {
+    let mut out = Vec::new();
+    let mut add = |key: &str, value: &str| {
+        if !value.is_empty() {
+            out.push(proto::Label {
+                key: strings.get(key),
+                str: strings.get(value),
+                num: 0,
+            });
+        }
+    };
+    let Some(cgroup) = snap.cgroups.get(c as usize) else {
+        return out;
+    };
+    add("cgroup", &cgroup.label());
+    if let Some(ctr) = cgroup
+        .container
+        .and_then(|i| snap.containers.get(i as usize))
+    {
+        add("container", &ctr.display_name());
+        // The pod's name when the runtime gave it, else its uid.
+        add(
+            "pod",
+            if ctr.pod.is_empty() {
+                &ctr.pod_uid
+            } else {
+                &ctr.pod
+            },
+        );
+        add("namespace", &ctr.namespace);
+    }
+    out
 }
 
 fn map_of(snap: &Snapshot, key: FrameKey) -> Option<MapId> {
@@ -290,10 +337,11 @@ pub fn gzipped(profile: &Profile) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::model::*;
+    use crate::stacks::{Root, folded};
     use crate::symbols::FrameName;
 
-    /// Two threads: one sampled twice in `burn`, one off CPU for 5 ms in
-    /// `wait`.
+    /// Two threads: one sampled twice in `burn` (in web.service), one off
+    /// CPU for 5 ms in `wait` (its cgroup not recorded).
     fn snap() -> (Snapshot, Names) {
         let frame = |addr| Frame {
             key: FrameKey::User {
@@ -339,6 +387,7 @@ mod tests {
                     thread: 0,
                     stack: 0,
                     period: 1,
+                    cgroup: Some(0),
                 },
                 Sample {
                     time: 2,
@@ -347,6 +396,7 @@ mod tests {
                     thread: 0,
                     stack: 0,
                     period: 1,
+                    cgroup: Some(0),
                 },
             ],
             off_cpu: vec![OffCpu {
@@ -355,11 +405,19 @@ mod tests {
                 end: 6_000_000,
                 stack: 1,
                 sleeping: true,
+                cgroup: None,
             }],
             first_ns: 1,
             last_ns: 6_000_000,
+            cgroups: vec![Cgroup {
+                id: 120,
+                path: Some("/fr/web.service".into()),
+                container: None,
+            }],
             ..Snapshot::default()
         };
+        let mut snap = snap;
+        crate::cgroups::name_containers(&mut snap, &[]);
         let name = |n: &str| FrameName {
             name: n.into(),
             function: Some(n.into()),
@@ -404,6 +462,58 @@ mod tests {
     }
 
     #[test]
+    fn samples_with_a_cgroup_are_labelled_with_it_and_its_container() {
+        let (mut snap, names) = snap();
+        let labels = |snap: &Snapshot| {
+            let p = profile(snap, &names, 0);
+            let s = |i: i64| p.string_table[i as usize].clone();
+            p.sample
+                .iter()
+                .map(|x| {
+                    x.label
+                        .iter()
+                        .filter(|l| l.str != 0)
+                        .map(|l| format!("{}={}", s(l.key), s(l.str)))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            labels(&snap),
+            vec![
+                vec![
+                    "thread=burner".to_string(),
+                    "cgroup=/fr/web.service".into(),
+                    "container=web.service".into()
+                ],
+                vec!["thread=waiter".to_string()],
+            ]
+        );
+        // A container the runtime named, in a pod.
+        let id = "a2ad75582abe099d70d3a2c0b3ee3d0dec4cc438041da7f642efcd8c13c09d2c";
+        snap.cgroups[0].path = Some(format!("/libpod_parent/libpod-{id}"));
+        let known = Container {
+            runtime: "podman".into(),
+            id: id.into(),
+            cgroup: format!("/libpod_parent/libpod-{id}"),
+            name: "web".into(),
+            pod: "shop".into(),
+            namespace: "prod".into(),
+            ..Container::default()
+        };
+        crate::cgroups::name_containers(&mut snap, &[known]);
+        assert_eq!(
+            labels(&snap)[0][1..],
+            [
+                format!("cgroup=/libpod_parent/libpod-{id}"),
+                "container=web".into(),
+                "pod=shop".into(),
+                "namespace=prod".into()
+            ]
+        );
+    }
+
+    #[test]
     fn the_gzipped_profile_decodes_to_the_same_profile() {
         let (snap, names) = snap();
         let p = profile(&snap, &names, 0);
@@ -418,12 +528,21 @@ mod tests {
     fn folded_stacks_count_samples_and_microseconds() {
         let (snap, names) = snap();
         assert_eq!(
-            crate::stacks::folded(&snap, &names, Measure::Samples(0)),
+            folded(&snap, &names, Measure::Samples(0), Root::Thread),
             "burner;main;burn 2\n"
         );
         assert_eq!(
-            crate::stacks::folded(&snap, &names, Measure::OffCpu),
+            folded(&snap, &names, Measure::OffCpu, Root::Thread),
             "waiter;main;wait 5000\n"
+        );
+        // By container: the container's name first, `[host]` outside any.
+        assert_eq!(
+            folded(&snap, &names, Measure::Samples(0), Root::Container),
+            "web.service;burner;main;burn 2\n"
+        );
+        assert_eq!(
+            folded(&snap, &names, Measure::OffCpu, Root::Container),
+            "[host];waiter;main;wait 5000\n"
         );
     }
 }

@@ -1,10 +1,12 @@
 //! Stacks weighed: samples of one event (on-CPU) or time off CPU, per
-//! thread name and stack, the one aggregation the flame graphs, the folded
-//! export and pprof are built from; and the threads ranked by both.
+//! thread, cgroup and stack, the one aggregation the folded export and
+//! pprof are built from. (The report page weighs them itself, for whatever
+//! range, thread and container its reader picks.)
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Snapshot, StackId, ThreadId};
+use crate::cgroups::container_name;
+use crate::model::{CgroupIndex, Snapshot, StackId, ThreadId};
 use crate::symbols::Names;
 
 /// What a stack is weighed by.
@@ -16,9 +18,24 @@ pub enum Measure {
     OffCpu,
 }
 
-/// Weight per (thread, stack).
-pub fn weigh(snap: &Snapshot, measure: Measure) -> HashMap<(ThreadId, StackId), u64> {
-    let mut w: HashMap<(ThreadId, StackId), u64> = HashMap::new();
+/// What the folded stacks start with (their root frame).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Root {
+    /// The thread's name.
+    #[default]
+    Thread,
+    /// The container (its name, or `[host]` outside any), then the
+    /// thread's name.
+    Container,
+}
+
+/// What a weight is of: a thread, the cgroup it was in (when recorded)
+/// and a stack.
+pub type Weighed = (ThreadId, Option<CgroupIndex>, StackId);
+
+/// Weight per (thread, cgroup, stack).
+pub fn weigh(snap: &Snapshot, measure: Measure) -> HashMap<Weighed, u64> {
+    let mut w: HashMap<Weighed, u64> = HashMap::new();
     match measure {
         Measure::Samples(event) => {
             for s in snap
@@ -26,12 +43,12 @@ pub fn weigh(snap: &Snapshot, measure: Measure) -> HashMap<(ThreadId, StackId), 
                 .iter()
                 .filter(|s| usize::from(s.event) == event)
             {
-                *w.entry((s.thread, s.stack)).or_default() += 1;
+                *w.entry((s.thread, s.cgroup, s.stack)).or_default() += 1;
             }
         }
         Measure::OffCpu => {
             for o in &snap.off_cpu {
-                *w.entry((o.thread, o.stack)).or_default() += o.duration();
+                *w.entry((o.thread, o.cgroup, o.stack)).or_default() += o.duration();
             }
         }
     }
@@ -50,13 +67,18 @@ pub fn path(snap: &Snapshot, names: &Names, thread: ThreadId, stack: StackId) ->
     out
 }
 
-/// Folded stacks (`comm;root;...;leaf COUNT`, one line per stack, sorted),
-/// as flamegraph.pl, inferno and speedscope read them. Off-CPU weights are
-/// written in microseconds (stacks under 1 µs in all are left out).
-pub fn folded(snap: &Snapshot, names: &Names, measure: Measure) -> String {
+/// Folded stacks (`comm;root;...;leaf COUNT`, one line per stack, sorted;
+/// `container;comm;...` with [`Root::Container`]), as flamegraph.pl,
+/// inferno and speedscope read them. Off-CPU weights are written in
+/// microseconds (stacks under 1 µs in all are left out).
+pub fn folded(snap: &Snapshot, names: &Names, measure: Measure, root: Root) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for ((thread, stack), w) in weigh(snap, measure) {
-        let frames: Vec<String> = path(snap, names, thread, stack)
+    for ((thread, cgroup, stack), w) in weigh(snap, measure) {
+        let mut frames = path(snap, names, thread, stack);
+        if root == Root::Container {
+            frames.insert(0, container_name(snap, snap.container_of(cgroup)));
+        }
+        let frames: Vec<String> = frames
             .into_iter()
             // `;` separates frames and a newline ends the line.
             .map(|f| f.replace([';', '\n'], ":"))
@@ -73,62 +95,5 @@ pub fn folded(snap: &Snapshot, names: &Names, measure: Measure) -> String {
             out.push_str(&format!("{stack} {w}\n"));
         }
     }
-    out
-}
-
-/// One thread's totals.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ThreadTotals {
-    pub pid: i32,
-    pub tid: i32,
-    pub comm: String,
-    /// Time on CPU from the scheduler's switches (0 without them).
-    pub on_cpu_ns: u64,
-    pub off_cpu_ns: u64,
-    /// Samples of all sampled events.
-    pub samples: u64,
-}
-
-/// Totals per thread (`by_process`: per process, named by its main thread
-/// when seen), the idle task left out.
-pub fn totals(snap: &Snapshot, by_process: bool) -> Vec<ThreadTotals> {
-    let mut rows: HashMap<(i32, i32), ThreadTotals> = HashMap::new();
-    let mut add = |thread: ThreadId, on: u64, off: u64, samples: u64| {
-        let t = &snap.threads[thread as usize];
-        let key = if by_process {
-            (t.pid, t.pid)
-        } else {
-            (t.pid, t.tid)
-        };
-        let r = rows.entry(key).or_insert_with(|| ThreadTotals {
-            pid: t.pid,
-            tid: key.1,
-            comm: t.comm.clone(),
-            on_cpu_ns: 0,
-            off_cpu_ns: 0,
-            samples: 0,
-        });
-        if t.tid == t.pid {
-            r.comm = t.comm.clone();
-        }
-        r.on_cpu_ns += on;
-        r.off_cpu_ns += off;
-        r.samples += samples;
-    };
-    for s in &snap.slices {
-        add(s.thread, s.end.saturating_sub(s.start), 0, 0);
-    }
-    for o in &snap.off_cpu {
-        add(o.thread, 0, o.duration(), 0);
-    }
-    for s in &snap.samples {
-        if snap.events[usize::from(s.event)].sampled {
-            add(s.thread, 0, 0, 1);
-        }
-    }
-    let mut out: Vec<ThreadTotals> = rows.into_values().filter(|r| r.tid != 0).collect();
-    out.sort_by(|a, b| {
-        (b.on_cpu_ns, b.samples, b.off_cpu_ns).cmp(&(a.on_cpu_ns, a.samples, a.off_cpu_ns))
-    });
     out
 }

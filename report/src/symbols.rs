@@ -9,9 +9,10 @@
 //! `_text` addresses when the kernel was booted again. What cannot be named
 //! shows as its file and offset, never as a guess.
 //!
-//! The files are read with the shared bounded, deadline-guarded reader (a
+//! The files are copied with the shared bounded, deadline-guarded reader (a
 //! path in a snapshot is a path some process chose) into anonymous
-//! temporary files that blazesym then reads by descriptor.
+//! temporary files, a piece at a time, that blazesym then reads by
+//! descriptor.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -23,7 +24,7 @@ use blazesym::MaybeDefault;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use flightrec_files::Links;
-use flightrec_files::elf::read_if_build_id;
+use flightrec_files::elf::copy_if_build_id;
 use flightrec_perfdata::kallsyms::kallsyms_text;
 
 use crate::model::{FrameKey, Snapshot};
@@ -51,6 +52,15 @@ pub struct Names {
     pub frames: Vec<FrameName>,
     /// Files (and the kernel) whose symbols were not found, with why.
     pub unresolved: Vec<Unresolved>,
+}
+
+/// A `--symfs` or `--kallsyms` that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NotUsed {
+    /// `--symfs` or `--kallsyms`.
+    pub option: &'static str,
+    pub path: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +188,59 @@ pub fn resolve(snap: &Snapshot, sources: &SymbolSources) -> Names {
     }
 }
 
+/// The sources given on the command line that cannot be used, with why:
+/// a `--symfs` that is not a directory one can read, a `--kallsyms` that
+/// is not a regular file (a FIFO, a device, a loop of links) or has no
+/// `_text`. Checked whether or not the snapshot needs them, so a mistake
+/// is said even when other sources (/proc/kallsyms) stand in.
+pub fn not_used(sources: &SymbolSources) -> Vec<NotUsed> {
+    let mut out = unusable_symfs(sources);
+    if let Some(path) = &sources.kallsyms
+        && let Err(reason) = read_kallsyms(path).and_then(|bytes| checked_kallsyms(&bytes))
+    {
+        out.push(NotUsed {
+            option: "--kallsyms",
+            path: path.display().to_string(),
+            reason,
+        });
+    }
+    out
+}
+
+/// The `_text` address of a kallsyms file, or why it has none.
+fn checked_kallsyms(bytes: &[u8]) -> Result<u64, String> {
+    kallsyms_text(bytes).ok_or_else(|| {
+        "it has no _text symbol (addresses hidden by kptr_restrict, or not a kallsyms file)"
+            .to_string()
+    })
+}
+
+/// The `--symfs` directories that are not directories one can read.
+fn unusable_symfs(sources: &SymbolSources) -> Vec<NotUsed> {
+    sources
+        .symfs
+        .iter()
+        .filter_map(|dir| {
+            let reason = match std::fs::metadata(dir) {
+                Ok(md) if md.is_dir() => match std::fs::read_dir(dir) {
+                    Ok(_) => return None,
+                    Err(e) => e.to_string(),
+                },
+                Ok(md) => format!(
+                    "it is not a directory ({})",
+                    flightrec_files::untrusted::kind(&md)
+                ),
+                Err(e) => e.to_string(),
+            };
+            Some(NotUsed {
+                option: "--symfs",
+                path: dir.display().to_string(),
+                reason,
+            })
+        })
+        .collect()
+}
+
 fn kernel_miss(snap: &Snapshot, frames: usize, reason: &str) -> Unresolved {
     Unresolved {
         file: "[kernel.kallsyms]".into(),
@@ -289,14 +352,15 @@ fn find_elf(path: &str, build_id: &[u8], sources: &SymbolSources) -> Option<File
         let on_disk = path.strip_suffix(" (deleted)").unwrap_or(path);
         candidates.push((PathBuf::from(on_disk), Links::Refuse));
     }
-    candidates.into_iter().find_map(|(c, links)| {
-        let bytes = read_if_build_id(&c, links, build_id, MAX_ELF_BYTES)?;
-        anonymous(&bytes)
-    })
+    candidates
+        .into_iter()
+        .find_map(|(c, links)| copy_if_build_id(&c, links, build_id, MAX_ELF_BYTES))
 }
 
 /// A kallsyms file for the snapshot's kernel, and what to add to the
-/// snapshot's kernel addresses to find them in it.
+/// snapshot's kernel addresses to find them in it: `--kallsyms`, then an
+/// archive's, then /proc/kallsyms when this is the snapshot's kernel.
+/// Without any, why, naming each file tried.
 fn kernel_source(snap: &Snapshot, sources: &SymbolSources) -> Result<(File, u64), String> {
     let mut candidates: Vec<PathBuf> = sources.kallsyms.iter().cloned().collect();
     if let Some(id) = &snap.kernel_build_id {
@@ -323,34 +387,40 @@ fn kernel_source(snap: &Snapshot, sources: &SymbolSources) -> Result<(File, u64)
                 .into()
         });
     }
-    let mut last = String::new();
+    let mut why = Vec::new();
     for c in candidates {
-        let bytes = match read_kallsyms(&c) {
-            Ok(b) => b,
-            Err(e) => {
-                last = format!("{}: {e}", c.display());
-                continue;
+        let checked =
+            read_kallsyms(&c).and_then(|bytes| checked_kallsyms(&bytes).map(|text| (bytes, text)));
+        match checked {
+            Ok((bytes, text)) => {
+                let delta = snap.kernel_text.map_or(0, |t| text.wrapping_sub(t));
+                let file = anonymous(&bytes).ok_or_else(|| "no temporary file".to_string())?;
+                return Ok((file, delta));
             }
-        };
-        let Some(text) = kallsyms_text(&bytes[..]) else {
-            last = format!(
-                "{}: no _text (addresses hidden: kptr_restrict?)",
-                c.display()
-            );
-            continue;
-        };
-        let delta = snap.kernel_text.map_or(0, |t| text.wrapping_sub(t));
-        let file = anonymous(&bytes).ok_or_else(|| "no temporary file".to_string())?;
-        return Ok((file, delta));
+            Err(reason) => why.push(format!("{}: {reason}", c.display())),
+        }
     }
-    Err(last)
+    Err(why.join("; "))
 }
 
-fn read_kallsyms(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The first [`MAX_KALLSYMS_BYTES`] of the kallsyms file at `path`, if it
+/// is a regular file (not a FIFO or device, which could block or never
+/// end; a link is followed, a loop of them refused).
+fn read_kallsyms(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let (file, _) = flightrec_files::open_regular(path, Links::Follow)?;
+    let (file, _) =
+        flightrec_files::open_regular(path, Links::Follow).map_err(|e| match e.kind() {
+            // open_regular names the path and what the file is.
+            std::io::ErrorKind::InvalidInput => e
+                .to_string()
+                .strip_prefix(&path.display().to_string())
+                .map_or_else(|| e.to_string(), |rest| format!("it{rest}")),
+            _ => e.to_string(),
+        })?;
     let mut bytes = Vec::new();
-    file.take(MAX_KALLSYMS_BYTES).read_to_end(&mut bytes)?;
+    file.take(MAX_KALLSYMS_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
     Ok(bytes)
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{Daemon, bin_path};
+use crate::{Daemon, snapctl_command};
 
 /// `[snapshot]` (plain, 100 ms apart) and `[fleet]` for a test daemon;
 /// `nats` is TOML (a quoted URL or a list), `extra` adds keys.
@@ -19,7 +19,7 @@ pub fn fleet_toml(nats: &str, host: &str, labels: &str, extra: &str) -> String {
 
 /// `snapctl [--json] fleet --nats URL ARGS...`.
 pub fn snapctl_fleet(url: &str, args: &[&str], json: bool) -> Output {
-    let mut cmd = std::process::Command::new(bin_path("snapctl"));
+    let mut cmd = snapctl_command();
     if json {
         cmd.arg("--json");
     }

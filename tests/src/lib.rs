@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod containers;
 pub mod fleet;
 pub mod layers;
 mod nats;
@@ -399,7 +400,7 @@ impl Daemon {
     }
 
     pub fn snapctl_cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path("snapctl"));
+        let mut cmd = snapctl_command();
         cmd.arg("--socket").arg(&self.socket).args(args);
         cmd
     }
@@ -470,6 +471,20 @@ impl Drop for Daemon {
             let _ = self.stop();
         }
     }
+}
+
+/// `snapctl`, built on first use ([`bin_path`]), that reads nothing of
+/// the machine's own flightrec: `FLIGHTREC_CONFIG` names /dev/null, which
+/// reads as an empty config (the built-in defaults), so neither a socket
+/// nor a `[fleet]` comes from /etc/flightrec/flightrec.toml; and the
+/// caller's `FLIGHTREC_SOCKET` and `FLIGHTREC_TIMEOUT` are dropped (a test
+/// sets what it means).
+pub fn snapctl_command() -> Command {
+    let mut cmd = Command::new(bin_path("snapctl"));
+    cmd.env("FLIGHTREC_CONFIG", "/dev/null")
+        .env_remove("FLIGHTREC_SOCKET")
+        .env_remove("FLIGHTREC_TIMEOUT");
+    cmd
 }
 
 /// Runs `flightrecd FLAG CONFIG` (`--check-config`, or `--config` for a
@@ -547,6 +562,13 @@ impl Load {
                 })
                 .collect(),
         )
+    }
+}
+
+/// One process, killed and reaped when dropped.
+impl From<std::process::Child> for Load {
+    fn from(child: std::process::Child) -> Self {
+        Load(vec![child])
     }
 }
 

@@ -1,8 +1,10 @@
 //! A throwaway machine with a real systemd as PID 1 (`tests/boot-systemd`:
 //! namespaces over an overlay of the host's root with a tmpfs on top), for
-//! the tests of the Debian package and its unit. Whatever a test installs
-//! or changes inside goes when the machine is dropped: systemd is killed
-//! (and every process inside with it), the mounts vanish with its mount
+//! the tests of the Debian package and its unit. It starts without the
+//! host's /var/lib/flightrec, /etc/flightrec and /run, so what flightrec
+//! left on the host never shows inside. Whatever a test installs or
+//! changes inside goes when the machine is dropped: systemd is killed (and
+//! every process inside with it), the mounts vanish with its mount
 //! namespace, and its cgroup directories are removed.
 
 use std::path::{Path, PathBuf};
@@ -37,6 +39,16 @@ pub struct Machine {
 impl Machine {
     /// Boots a machine and waits until systemd has reached its target.
     pub fn boot() -> Self {
+        Self::boot_with(None)
+    }
+
+    /// As [`Machine::boot`], with the files of `leftovers` copied over
+    /// the machine's root first, as if the host held them.
+    pub fn boot_over(leftovers: &Path) -> Self {
+        Self::boot_with(Some(leftovers))
+    }
+
+    fn boot_with(leftovers: Option<&Path>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("flightrec-machine-")
             .tempdir()
@@ -52,6 +64,7 @@ impl Machine {
         let boot = Command::new(&script)
             .arg(dir.path())
             .arg(share.path())
+            .args(leftovers)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
             .stderr(log)

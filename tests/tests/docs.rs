@@ -140,6 +140,10 @@ fn add_snapctl_pages(cmd: &clap::Command, top: bool, pages: &mut BTreeMap<String
                 "FLIGHTREC_TIMEOUT",
                 "The timeout, when --timeout is not given.",
             ),
+            (
+                "FLIGHTREC_CONFIG",
+                "The daemon's config file, when --config is not given.",
+            ),
         ] {
             extra.control("TP", [] as [&str; 0]);
             extra.text([bold(var)]);
@@ -572,11 +576,15 @@ fn schema_keys() -> Vec<(&'static str, Vec<String>)> {
         let err = flightrec_config::Config::from_toml(text, Path::new("/probe.toml"))
             .expect_err("an unknown key is an error");
         let msg = err.to_string();
+        // serde says "expected one of `a`, `b`, `c`", or "expected `a` or
+        // `b`" for two.
         let list = msg
             .split_once("expected one of ")
+            .or_else(|| msg.split_once("expected "))
             .unwrap_or_else(|| panic!("the schema's message lists no keys: {msg}"))
             .1;
         list.split(", ")
+            .flat_map(|k| k.split(" or "))
             .map(|k| k.trim_matches('`').to_string())
             .collect()
     };
@@ -588,6 +596,7 @@ fn schema_keys() -> Vec<(&'static str, Vec<String>)> {
         ("[snapshot]", probe("[snapshot]\nzz_probe = 1\n")),
         ("[retention]", probe("[retention]\nzz_probe = 1\n")),
         ("[history]", probe("[history]\nzz_probe = 1\n")),
+        ("[containers]", probe("[containers]\nzz_probe = 1\n")),
         (
             "[fleet]",
             probe("[fleet]\nzz_probe = 1\n")

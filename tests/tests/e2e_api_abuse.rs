@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flightrec_proto::v1 as pb;
-use flightrec_tests::{Daemon, PythonClient, bin_path, require_root};
+use flightrec_tests::{Daemon, PythonClient, require_root};
 use serde_json::Value;
 
 /// Waits for `child` at most `within`; kills it and panics past that.
@@ -404,9 +404,8 @@ fn snapctl_gives_up_on_a_socket_nobody_answers() {
         (vec!["list"], Some("1s")),
         (vec!["watch"], Some("1s")),
     ] {
-        let mut cmd = Command::new(bin_path("snapctl"));
+        let mut cmd = flightrec_tests::snapctl_command();
         cmd.arg("--socket").arg(&socket).args(&args);
-        cmd.env_remove("FLIGHTREC_TIMEOUT");
         if let Some(t) = env {
             cmd.env("FLIGHTREC_TIMEOUT", t);
         }
@@ -420,7 +419,7 @@ fn snapctl_gives_up_on_a_socket_nobody_answers() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains(&format!(
-                "the daemon on {} did not answer within 1s",
+                "the daemon on {} did not answer within 1.00 s",
                 socket.display()
             )),
             "{args:?}: {stderr}"
@@ -471,7 +470,7 @@ fn snapctl_gives_up_on_a_stopped_daemon_even_in_the_middle_of_a_dump() {
     let (out, took) = wait_output(dump, Duration::from_secs(15), "snapctl dump");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("did not answer within 1s"),
+        String::from_utf8_lossy(&out.stderr).contains("did not answer within 1.00 s"),
         "{out:?}"
     );
     assert!(took < Duration::from_secs(5), "gave up after {took:?}");

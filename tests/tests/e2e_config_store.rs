@@ -156,7 +156,29 @@ fn the_printed_config_is_accepted_back_and_the_shipped_one_passes() {
     assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
     assert_eq!(String::from_utf8(second.stdout).unwrap(), printed);
 
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/flightrec.toml");
+    // The shipped file with its paths moved into the test's directory: the
+    // check looks at them, and the machine's may hold anything (the package
+    // test checks the daemon on them, in a machine of its own).
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/flightrec.toml"),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let mut moved = shipped.clone();
+    for (from, to) in [
+        ("/run/flightrec/", format!("{d}/run/")),
+        ("/var/lib/flightrec/", format!("{d}/lib/")),
+    ] {
+        assert!(moved.contains(from), "{from} not in config/flightrec.toml");
+        moved = moved.replace(from, &to);
+    }
+    let machine_paths: Vec<&str> = moved
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("/flightrec/"))
+        .collect();
+    assert!(machine_paths.is_empty(), "{machine_paths:?}");
+    let shipped = dir.path().join("shipped.toml");
+    std::fs::write(&shipped, moved).unwrap();
     let out = flightrecd("--check-config", &shipped);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let printed = String::from_utf8(out.stdout).unwrap();
@@ -477,7 +499,7 @@ fn quickstart_stops_its_daemon_on(signal: nix::sys::signal::Signal, inherits_ign
             std::fs::read_to_string(dir.path().join("quickstart.log")).unwrap_or_default()
         );
     }
-    let status = Command::new(bin_path("snapctl"))
+    let status = flightrec_tests::snapctl_command()
         .arg("--socket")
         .arg(&socket)
         .args(["--json", "status"])

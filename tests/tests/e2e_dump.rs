@@ -440,10 +440,15 @@ fn bad_config_exits_2_with_line_and_column() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.toml:2:1: unknown field `sokcet`"));
-    // A good file prints the effective config.
+    // A good file prints the effective config. Its paths are the test's
+    // own: the check looks at them, and the machine's may hold anything.
     std::fs::write(
         &path,
-        "[retention]\nmax_snapshots = 3\n[daemon]\nsocket_group = \"root\"\n",
+        format!(
+            "[retention]\nmax_snapshots = 3\n[daemon]\nsocket_group = \"root\"\n\
+             socket = \"{d}/run/flightrecd.sock\"\noutput_dir = \"{d}/snapshots\"\n",
+            d = dir.path().display()
+        ),
     )
     .unwrap();
     let out = Command::new(flightrec_tests::bin_path("flightrecd"))

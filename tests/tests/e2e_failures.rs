@@ -293,7 +293,7 @@ fn systemd_is_told_ready_once_listening_and_stopping_on_sigterm() {
     assert!(msg.contains("READY=1"), "{msg}");
     // Ready means listening: a client gets an answer at once.
     let socket = dir.path().join("run/flightrecd.sock");
-    let out = Command::new(bin_path("snapctl"))
+    let out = flightrec_tests::snapctl_command()
         .arg("--socket")
         .arg(&socket)
         .arg("status")

@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 use flightrec_tests::fleet::{
     connected, fleet_toml, snapctl_fleet_json, start_connected, wait_fleet,
 };
-use flightrec_tests::{
-    Daemon, NatsServer, bin_path, free_port, perf_script, require_root, test_config,
-};
+use flightrec_tests::{Daemon, NatsServer, free_port, perf_script, require_root, test_config};
 use serde_json::Value;
 
 /// `[fleet]` for a test daemon that uploads nothing; `extra` adds keys
@@ -443,7 +441,7 @@ fn wrong_credentials_show_in_status_and_the_daemon_still_dumps_on_sigusr2() {
     assert!(!script.is_empty());
 
     // The fleet reaches the daemon with the right password only.
-    let out = std::process::Command::new(bin_path("snapctl"))
+    let out = flightrec_tests::snapctl_command()
         .args(["--json", "fleet", "--nats", &url, "dump", "--wait", "1s"])
         .output()
         .unwrap();
@@ -552,7 +550,7 @@ fn requests_beyond_the_waiting_limit_are_answered_busy() {
     connected(&d);
     let clients: Vec<std::process::Child> = (0..20)
         .map(|_| {
-            std::process::Command::new(bin_path("snapctl"))
+            flightrec_tests::snapctl_command()
                 .args([
                     "--json",
                     "fleet",

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, object_store};
 use flightrec_tests::{
-    Daemon, Load, NatsCluster, NatsServer, bin_path, free_port, perf_script, require_root,
+    Daemon, Load, NatsCluster, NatsServer, free_port, perf_script, require_root,
 };
 use flightrecd::fleet::object::ObjectHeaders;
 use nix::sys::signal::Signal;
@@ -210,7 +210,7 @@ impl FreezingRelay {
 
 /// `snapctl [--json] fleet --nats URL ARGS...` in `dir`.
 fn snapctl_fleet(dir: &Path, url: &str, json: bool, args: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(bin_path("snapctl"));
+    let mut cmd = flightrec_tests::snapctl_command();
     if json {
         cmd.arg("--json");
     }
@@ -512,7 +512,7 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
         stderr(&out),
         format!(
             "snapctl: NATS at {}: the download of host-a/whole.perf.data stalled after 0 \
-             bytes (nothing for 1s)\n",
+             bytes (nothing for 1.00 s)\n",
             relay.url
         )
     );
@@ -522,7 +522,7 @@ fn fleet_fetch_leaves_nothing_behind_when_the_download_is_short_corrupt_stalled_
     // Interrupted (Ctrl-C, kill) while its partial file exists: that file
     // is removed, and snapctl ends by the signal.
     for signal in [Signal::SIGINT, Signal::SIGTERM] {
-        let mut child = std::process::Command::new(bin_path("snapctl"))
+        let mut child = flightrec_tests::snapctl_command()
             .args(["--timeout", "60s", "fleet", "--nats", &relay.url])
             .args(["fetch", "host-a/whole"])
             .current_dir(work.path())
@@ -643,7 +643,7 @@ fn fleet_list_and_fetch_name_a_missing_bucket_or_snapshot_and_an_unreachable_ser
         (
             &silent,
             "1s",
-            "no NATS greeting within 1s (not a NATS server, or unreachable?)",
+            "no NATS greeting within 1.00 s (not a NATS server, or unreachable?)",
         ),
     ];
     for (url, timeout, why) in cases {
@@ -651,7 +651,7 @@ fn fleet_list_and_fetch_name_a_missing_bucket_or_snapshot_and_an_unreachable_ser
             let started = Instant::now();
             let mut args = vec!["--timeout", timeout, "fleet", "--nats", url];
             args.extend_from_slice(verb);
-            let out = std::process::Command::new(bin_path("snapctl"))
+            let out = flightrec_tests::snapctl_command()
                 .args(&args)
                 .current_dir(work.path())
                 .output()

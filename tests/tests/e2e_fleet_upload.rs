@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 use flightrec_tests::fleet::{
     connected, fleet_toml, snapctl_fleet, snapctl_fleet_json, start_connected, wait_fleet,
 };
-use flightrec_tests::{
-    Daemon, NatsCluster, NatsServer, Watcher, bin_path, perf_script, require_root,
-};
+use flightrec_tests::{Daemon, NatsCluster, NatsServer, Watcher, perf_script, require_root};
 use serde_json::Value;
 
 /// The daemon's chunk size in the object store (fleet/jetstream.rs).
@@ -379,7 +377,7 @@ fn a_cluster_node_killed_during_a_fleet_dump_loses_nothing() {
     }
     // The request goes through node 3; node 1 dies once every daemon has
     // dumped, while the uploads and replies are under way.
-    let dump = std::process::Command::new(bin_path("snapctl"))
+    let dump = flightrec_tests::snapctl_command()
         .args(["--json", "fleet", "--nats", &urls[2]])
         .args(["dump", "--label", "cluster", "--wait", "30s"])
         .args(["--expect", "host-a,host-b,host-c"])

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flightrec_tests::systemd::{Machine, SHARE_INSIDE};
-use flightrec_tests::{NatsServer, debian_package, require_root, testing_flightrecd};
+use flightrec_tests::{NatsServer, bin_path, debian_package, require_root, testing_flightrecd};
 
 const UNIT: &str = "flightrecd";
 const CONFIG: &str = "/etc/flightrec/flightrec.toml";
@@ -78,10 +78,162 @@ fn restart_with(m: &Machine, config: &str) {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn the_package_installs_runs_and_purges_under_systemd() {
     require_root("the_package_installs_runs_and_purges_under_systemd");
-    let deb = debian_package();
     let m = Machine::boot();
+    the_package_installs_runs_and_purges(&m);
+}
+
+/// The README's order on a machine where flightrec ran before: the
+/// quickstart (its first command), then everything the package test
+/// checks, on the same machine. The machine boots over leftovers of
+/// earlier runs (snapshots in /var/lib/flightrec, a config in
+/// /etc/flightrec that the daemon would refuse, an earlier quickstart's
+/// snapshot), as a host where they lie would look; the package must find
+/// none of flightrec's own state, and the quickstart must leave none.
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_quickstart_then_the_package_pass_in_that_order_where_flightrec_ran_before() {
+    require_root("the_quickstart_then_the_package_pass_in_that_order");
+    use std::io::{BufRead, BufReader};
+    let leftovers = tempfile::tempdir().unwrap();
+    let planted = |path: &str, text: &str| {
+        let path = leftovers.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    planted(
+        "var/lib/flightrec/snapshots/host-20261120T221133Z-000001-old.perf.data",
+        "PERFILE2",
+    );
+    planted(
+        "var/lib/flightrec/snapshots/.host-20261120T221133Z-000001-old.meta",
+        r#"{"trigger":"api","created_unix_ns":1795212693000000000}"#,
+    );
+    planted(
+        "etc/flightrec/flightrec.toml",
+        "[buffers]\nper_cpu = \"3MiB\"\n",
+    );
+    let earlier =
+        "/var/lib/flightrec-quickstart/snapshots/host-20261120T221133Z-000002-first.perf.data";
+    planted(&earlier[1..], "PERFILE2");
+    let m = Machine::boot_over(leftovers.path());
+    assert!(
+        m.path(earlier).exists(),
+        "the leftovers were not laid over the machine's root"
+    );
+    for gone in ["/var/lib/flightrec", "/etc/flightrec", "/run/flightrec"] {
+        assert!(
+            !m.path(gone).exists(),
+            "the machine booted with the host's {gone}"
+        );
+    }
+
+    // The quickstart as the README runs it, on this test's binaries.
+    let bin = m.share.path().join("bin");
+    let scripts = m.share.path().join("packaging");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&scripts).unwrap();
+    for name in ["flightrecd", "snapctl"] {
+        std::fs::copy(bin_path(name), bin.join(name)).unwrap();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::copy(
+        repo.join("packaging/quickstart"),
+        scripts.join("quickstart"),
+    )
+    .unwrap();
+    let log_path = m.share.path().join("quickstart.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut quickstart = m
+        .command(&[
+            &format!("FLIGHTREC_BIN_DIR={SHARE_INSIDE}/bin"),
+            &format!("{SHARE_INSIDE}/packaging/quickstart"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("run the quickstart");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = quickstart.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("flightrecd keeps recording") {
+                let _ = tx.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    if rx.recv_timeout(Duration::from_secs(120)).is_err() {
+        let _ = quickstart.kill();
+        panic!(
+            "the quickstart took no first snapshot in 120s:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+    }
+    // Ctrl-C: SIGINT to the script (nsenter's child, in the machine).
+    let nsenter = quickstart.id();
+    let script: i32 = std::fs::read_to_string(format!("/proc/{nsenter}/task/{nsenter}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the quickstart's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(script),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = quickstart.wait().unwrap();
+    let printed = reader.join().unwrap().join("\n");
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert_eq!(status.code(), Some(130), "{printed}\n{log}");
+    // It stopped the daemon it started (nothing else would), which took its
+    // socket with it.
+    assert_eq!(m.sh("pidof flightrecd").trim(), "", "{printed}\n{log}");
+    assert!(!m.path(SOCKET).exists(), "the quickstart left the socket");
+    // Its first snapshot, in its own directory, is the CPU profile first
+    // and plain: perf report leads with cpu-clock, and it says so.
+    let first = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("quickstart: first snapshot: "))
+        .unwrap_or_else(|| panic!("no first snapshot in:\n{printed}"))
+        .to_string();
+    assert!(
+        first.starts_with("/var/lib/flightrec-quickstart/snapshots/")
+            && first.ends_with("-first.perf.data"),
+        "{first}"
+    );
+    let events: Vec<&str> = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("# Samples: "))
+        .collect();
+    assert!(
+        events
+            .first()
+            .is_some_and(|e| e.ends_with("of event 'cpu-clock'")),
+        "the quickstart's perf report does not lead with the CPU profile:\n{printed}"
+    );
+    let header = m.ok(&format!("perf report --header-only -i {first} 2>/dev/null"));
+    assert!(
+        !header.contains("compressed"),
+        "the default snapshot is compressed:\n{header}"
+    );
+    // Nothing of it where the package keeps its state.
+    for gone in ["/var/lib/flightrec", "/etc/flightrec"] {
+        assert!(!m.path(gone).exists(), "the quickstart left {gone}");
+    }
+
+    // Then the package, on the same machine.
+    the_package_installs_runs_and_purges(&m);
+}
+
+/// Installs the package on `m`, checks what it holds and does under
+/// systemd, and purges it.
+fn the_package_installs_runs_and_purges(m: &Machine) {
+    let deb = debian_package();
     let started = Instant::now();
-    install(&m);
+    install(m);
 
     // --- What the package holds and what its scripts did.
     let files = m.ok("dpkg -L flightrecd");
@@ -257,7 +409,7 @@ fn the_package_installs_runs_and_purges_under_systemd() {
     );
 
     // --- The dump thread runs SCHED_FIFO (CAP_SYS_NICE, no RestrictRealtime).
-    let pid = main_pid(&m);
+    let pid = main_pid(m);
     let policy = m.ok(&format!(
         "for t in /proc/{pid}/task/*; do if [ \"$(cat $t/comm)\" = flightrec-dump ]; then chrt -p ${{t##*/}}; fi; done"
     ));
@@ -290,7 +442,7 @@ fn the_package_installs_runs_and_purges_under_systemd() {
     assert_eq!(refused.status.code(), Some(4), "fr-outsider: {refused:?}");
 
     // --- STATUS= follows the snapshots.
-    let list = snapshots(&m);
+    let list = snapshots(m);
     assert_eq!(list.len(), 2);
     let newest = list
         .iter()
@@ -311,7 +463,7 @@ fn the_package_installs_runs_and_purges_under_systemd() {
     // --- systemctl reload with a bad config: kept running, the journal
     // names the file, line and column.
     m.ok(&format!("cp {CONFIG} /root/flightrec.toml.orig"));
-    let pid = main_pid(&m);
+    let pid = main_pid(m);
     let cursor = m.cursor();
     m.ok(&format!(
         "printf '[buffers]\\nper_cpu = \"3MiB\"\\n' > {CONFIG} && systemctl reload {UNIT}"
@@ -325,13 +477,13 @@ fn the_package_installs_runs_and_purges_under_systemd() {
     );
     assert!(line.contains("rejected"), "{line}");
     assert_eq!(m.property(UNIT, "ActiveState"), "active");
-    assert_eq!(main_pid(&m), pid, "a bad reload restarted the daemon");
+    assert_eq!(main_pid(m), pid, "a bad reload restarted the daemon");
     m.ok(&format!("cp /root/flightrec.toml.orig {CONFIG}"));
 
     // --- systemctl kill -s USR2 dumps.
     m.ok(&format!("systemctl kill -s USR2 {UNIT}"));
     m.wait_for("a snapshot from SIGUSR2", Duration::from_secs(20), || {
-        snapshots(&m)
+        snapshots(m)
             .iter()
             .any(|s| s["trigger"] == "signal")
             .then_some(())
@@ -339,7 +491,7 @@ fn the_package_installs_runs_and_purges_under_systemd() {
 
     // --- The test-only fault switch is not in the packaged binary: the
     // label that hangs a testing build's dump thread is a label like any.
-    let hang = snapctl_json(&m, "dump --label testing-hang-dump-thread");
+    let hang = snapctl_json(m, "dump --label testing-hang-dump-thread");
     assert!(
         hang["path"]
             .as_str()
@@ -354,7 +506,7 @@ fn the_package_installs_runs_and_purges_under_systemd() {
     m.ok(&format!("test -e {cgroup}/cpu.pressure"));
     let default_config = m.ok("cat /root/flightrec.toml.orig");
     restart_with(
-        &m,
+        m,
         &format!(
             "{default_config}
 [fleet]
@@ -371,7 +523,7 @@ cgroup = \"{cgroup}\"
         ),
     );
     m.wait_for("the fleet connection", Duration::from_secs(30), || {
-        (snapctl_json(&m, "status")["fleet"]["state"] == "connected").then_some(())
+        (snapctl_json(m, "status")["fleet"]["state"] == "connected").then_some(())
     });
     let url = format!("nats://127.0.0.1:{}", nats.port);
     let reply = m.ok(&format!(
@@ -392,7 +544,7 @@ cgroup = \"{cgroup}\"
         },
     );
     // The trigger is armed; CPU pressure inside the cgroup fires it.
-    let triggers = snapctl_json(&m, "triggers");
+    let triggers = snapctl_json(m, "triggers");
     assert_eq!(triggers["triggers"][0]["name"], "cg-pressure", "{triggers}");
     m.ok(
         "systemd-run --quiet --unit=fr-psi-burn --slice=flightrecpsi.slice \
@@ -402,7 +554,7 @@ cgroup = \"{cgroup}\"
         "a snapshot from the PSI trigger",
         Duration::from_secs(60),
         || {
-            snapshots(&m)
+            snapshots(m)
                 .iter()
                 .any(|s| s["trigger"] == "condition:cg-pressure")
                 .then_some(())
@@ -422,7 +574,7 @@ cgroup = \"{cgroup}\"
     // out in the journal, then allowed by a drop-in.
     let cursor = m.cursor();
     restart_with_failure(
-        &m,
+        m,
         &format!("{default_config}\n").replace(
             "output_dir = \"/var/lib/flightrec/snapshots\"",
             "output_dir = \"/srv/flightrec-snapshots\"",

@@ -78,8 +78,14 @@ fn next_firing_but_the_witness(watcher: &Watcher) -> Option<Value> {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_tracepoint_trigger_dumps_on_the_exec_of_a_named_program_and_holds_it() {
     require_root("a_tracepoint_trigger_dumps_on_the_exec_of_a_named_program");
+    // No rate limit between dumps: the probe's dump follows the witness's
+    // at once (with the default 1 s slot, 256 KiB rings on a loaded
+    // machine overwrote the exec before the freeze).
     let d = Daemon::start(
         r#"
+[snapshot]
+min_interval = "0s"
+
 [[event]]
 name = "sched:sched_process_exec"
 

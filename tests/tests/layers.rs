@@ -44,7 +44,7 @@ fn daemon_folders_use_only_what_the_table_allows() {
             ("ring", &["time"]),
             ("host", &["perf", "time"]),
             ("tracking", &["perf", "ring", "host", "time", "log_limit"]),
-            ("triggers", &["perf", "ring"]),
+            ("triggers", &["perf", "ring", "host"]),
             (
                 "recorder",
                 &["perf", "ring", "host", "tracking", "time", "log_limit"],
@@ -59,18 +59,28 @@ fn daemon_folders_use_only_what_the_table_allows() {
             ),
             ("store", &["snapshot", "time"]),
             ("events", &["store", "time"]),
+            ("runtimes", &["log_limit"]),
             (
                 "dump",
                 &[
-                    "perf", "ring", "host", "recorder", "snapshot", "history", "store", "events",
+                    "perf",
+                    "ring",
+                    "host",
+                    "recorder",
+                    "snapshot",
+                    "history",
+                    "store",
+                    "events",
+                    "runtimes",
                     "time",
+                    "log_limit",
                 ],
             ),
             (
                 "control",
                 &[
                     "perf", "host", "recorder", "snapshot", "history", "store", "events", "dump",
-                    "triggers", "time",
+                    "runtimes", "triggers", "time",
                 ],
             ),
             (
@@ -186,11 +196,21 @@ fn report_modules_use_only_what_the_table_allows() {
         &[
             ("tracefmt", &[]),
             ("model", &[]),
-            ("load", &["tracefmt", "model"]),
+            ("cgroups", &["model"]),
+            ("load", &["tracefmt", "model", "cgroups"]),
             ("symbols", &["tracefmt", "model"]),
-            ("stacks", &["tracefmt", "model", "load", "symbols"]),
-            ("pprof", &["tracefmt", "model", "load", "symbols", "stacks"]),
-            ("html", &["tracefmt", "model", "load", "symbols", "stacks"]),
+            (
+                "stacks",
+                &["tracefmt", "model", "cgroups", "load", "symbols"],
+            ),
+            (
+                "pprof",
+                &["tracefmt", "model", "cgroups", "load", "symbols", "stacks"],
+            ),
+            (
+                "html",
+                &["tracefmt", "model", "cgroups", "load", "symbols", "stacks"],
+            ),
         ],
     );
 }

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 
 use super::FleetTarget;
 use crate::ClientError;
-use crate::render::human_bytes;
+use crate::render::{human_bytes, shown, std_duration};
 
 /// `role=db` into its key and value.
 pub fn parse_selector(s: &str) -> Result<(String, String), String> {
@@ -35,6 +35,7 @@ pub fn request_json(
     select: &BTreeMap<String, String>,
     compress: bool,
     window: WindowArgs,
+    (cgroups, containers): (&[String], &[String]),
 ) -> Value {
     let mut v = json!({});
     if let Some(l) = label {
@@ -55,6 +56,12 @@ pub fn request_json(
     }
     if let Some(after) = window.after {
         v["after"] = json!(humantime::format_duration(after).to_string());
+    }
+    if !cgroups.is_empty() {
+        v["cgroup"] = json!(cgroups);
+    }
+    if !containers.is_empty() {
+        v["container"] = json!(containers);
     }
     v
 }
@@ -83,7 +90,7 @@ impl FleetDump {
         if self.replies.is_empty() {
             Some(format!(
                 "no host answered within {}",
-                humantime::format_duration(self.waited)
+                std_duration(self.waited)
             ))
         } else if !self.missing.is_empty() || errors > 0 {
             Some(format!(
@@ -108,29 +115,33 @@ impl FleetDump {
             .replies
             .iter()
             .map(|r| {
-                let host = r["host"].as_str().unwrap_or("?");
+                // Every field is what a responder (any member of the
+                // subject) chose to send.
+                let field = |key: &str| shown(r[key].as_str().unwrap_or("?")).into_owned();
+                let host = field("host");
                 match r.get("error") {
-                    Some(e) => format!("{host}  error: {}", e.as_str().unwrap_or("?")),
+                    Some(_) => format!("{host}  error: {}", field("error")),
                     None => format!(
                         "{host}  {}  {}  {}",
-                        r["id"].as_str().unwrap_or("?"),
+                        field("id"),
                         human_bytes(r["bytes"].as_u64().unwrap_or(0)),
-                        r["path"].as_str().unwrap_or("?")
+                        field("path")
                     ),
                 }
             })
             .collect();
         for host in &self.missing {
             out.push(format!(
-                "{host}  no reply within {}",
-                humantime::format_duration(self.waited)
+                "{}  no reply within {}",
+                shown(host),
+                std_duration(self.waited)
             ));
         }
         out.push(match self.last_reply {
             Some(d) => format!(
-                "{} hosts answered, the last after {}ms",
+                "{} hosts answered, the last after {}",
                 self.replies.len(),
-                d.as_millis()
+                std_duration(d)
             ),
             None => "no host answered".into(),
         });
@@ -217,10 +228,13 @@ mod tests {
     #[test]
     fn the_request_has_only_what_was_asked() {
         let none = WindowArgs::default();
-        assert_eq!(request_json(None, &BTreeMap::new(), false, none), json!({}));
+        assert_eq!(
+            request_json(None, &BTreeMap::new(), false, none, (&[], &[])),
+            json!({})
+        );
         let select = BTreeMap::from([("role".to_string(), "db".to_string())]);
         assert_eq!(
-            request_json(Some("x"), &select, true, none),
+            request_json(Some("x"), &select, true, none, (&[], &[])),
             json!({"label": "x", "select": {"role": "db"}, "compress": true})
         );
         let window = WindowArgs {
@@ -229,8 +243,26 @@ mod tests {
             after: Some(Duration::from_millis(1500)),
         };
         assert_eq!(
-            request_json(None, &BTreeMap::new(), false, window),
+            request_json(None, &BTreeMap::new(), false, window, (&[], &[])),
             json!({"at": "2026-11-23T21:04:05.500000000Z", "before": "10s", "after": "1s 500ms"})
+        );
+    }
+
+    #[test]
+    fn a_responders_fields_are_shown_escaped() {
+        let d = FleetDump {
+            replies: vec![
+                json!({"host": "a\x1b]0;x\x07", "id": "i\r\nforged", "bytes": 1, "path": "/\x1b[2J"}),
+                json!({"host": "b\n", "error": "\x1b[31mred"}),
+            ],
+            missing: vec![],
+            waited: Duration::from_secs(1),
+            last_reply: Some(Duration::from_millis(5)),
+        };
+        assert_eq!(
+            d.render(false),
+            "a\\x1b]0;x\\x07  i\\r\\nforged  1B  /\\x1b[2J\nb\\n  error: \\x1b[31mred\n\
+             2 hosts answered, the last after 5.00 ms"
         );
     }
 
@@ -248,7 +280,7 @@ mod tests {
         assert_eq!(
             d.render(false),
             "host-a  i  2.0KiB  /s/i.perf.data\nhost-b  error: disk full\nhost-c  no reply \
-             within 2s\n2 hosts answered, the last after 40ms"
+             within 2.00 s\n2 hosts answered, the last after 40.0 ms"
         );
         let v: Value = serde_json::from_str(&d.render(true)).unwrap();
         assert_eq!(v["replies"][1]["error"], "disk full");
@@ -263,7 +295,7 @@ mod tests {
             waited: Duration::from_secs(1),
             last_reply: None,
         };
-        assert_eq!(none.failure().unwrap(), "no host answered within 1s");
+        assert_eq!(none.failure().unwrap(), "no host answered within 1.00 s");
         let ok = FleetDump {
             replies: vec![json!({"host": "a", "id": "i"})],
             ..none

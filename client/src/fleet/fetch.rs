@@ -216,7 +216,7 @@ async fn download(
             Err(_) => {
                 return Err(target.error(format!(
                     "the download of {name} stalled after {written} bytes (nothing for {})",
-                    humantime::format_duration(timeout)
+                    crate::render::std_duration(timeout)
                 )));
             }
         };

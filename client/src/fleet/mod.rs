@@ -108,7 +108,7 @@ impl FleetTarget {
             async_nats::ConnectErrorKind::TimedOut => self.error(format!(
                 "no NATS greeting within {} (not a NATS server, or unreachable?); --timeout \
                  or FLIGHTREC_TIMEOUT change the limit",
-                humantime::format_duration(timeout)
+                crate::render::std_duration(timeout)
             )),
             async_nats::ConnectErrorKind::Io => self.error(format!(
                 "cannot connect ({e}): is nats-server running there?"

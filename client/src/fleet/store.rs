@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::FleetTarget;
 use super::bucket::Bucket;
 use crate::ClientError;
-use crate::render::{human_bytes, snapshot_cells, table};
+use crate::render::{human_bytes, shown, snapshot_cells, table};
 
 /// An object of the bucket that is not a snapshot, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,10 +151,11 @@ impl Listing {
         self.skipped
             .iter()
             .map(|s| {
-                format!(
+                let line = format!(
                     "warning: skipped object {:?} in bucket {:?}: not a snapshot ({})",
                     s.name, self.bucket, s.why
-                )
+                );
+                shown(&line).into_owned()
             })
             .collect()
     }
@@ -225,7 +226,7 @@ pub(super) async fn within<T>(
         .unwrap_or_else(|_| {
             Err(target.error(format!(
             "no answer within {} ({what} {:?}); --timeout or FLIGHTREC_TIMEOUT change the limit",
-            humantime::format_duration(timeout),
+            crate::render::std_duration(timeout),
             target.bucket
         )))
         })

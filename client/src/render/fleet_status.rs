@@ -4,7 +4,7 @@
 use flightrec_proto::v1 as pb;
 use serde_json::{Value, json};
 
-use super::format::utc;
+use super::format::{shown, utc};
 
 /// `null` without `[fleet]`.
 pub(super) fn fleet_status_json(f: Option<&pb::FleetStatus>) -> Value {
@@ -36,8 +36,8 @@ pub(super) fn fleet_lines(f: &pb::FleetStatus) -> Vec<String> {
     let mut line = format!(
         "fleet: {} as {} via {}; {} requests, {} dumps",
         f.state,
-        f.host,
-        f.servers.join(", "),
+        shown(&f.host),
+        shown(&f.servers.join(", ")),
         f.requests,
         f.dumps
     );
@@ -49,7 +49,7 @@ pub(super) fn fleet_lines(f: &pb::FleetStatus) -> Vec<String> {
         out.push(format!(
             "fleet last error ({}): {}",
             utc(f.last_error_unix_ns),
-            f.last_error
+            shown(&f.last_error)
         ));
     }
     if !f.upload_destinations.is_empty() {
@@ -73,7 +73,10 @@ fn upload_lines(f: &pb::FleetStatus) -> Vec<String> {
         f.upload_failures
     )];
     if !f.last_upload_error.is_empty() {
-        out.push(format!("upload last error: {}", f.last_upload_error));
+        out.push(format!(
+            "upload last error: {}",
+            shown(&f.last_upload_error)
+        ));
     }
     out
 }

@@ -16,7 +16,7 @@ mod status;
 mod triggers;
 mod watch;
 
-pub use format::{human_bytes, table, utc};
+pub use format::{duration, human_bytes, shown, std_duration, table, utc};
 pub use snapshots::{
     archive, compress, decompressed, dump, list, rotate, snapshot_cells, snapshot_json, written,
 };

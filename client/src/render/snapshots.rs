@@ -4,7 +4,7 @@
 use flightrec_proto::v1 as pb;
 use serde_json::{Value, json};
 
-use super::format::{human_bytes, table, utc};
+use super::format::{duration, human_bytes, shown, table, utc};
 
 pub fn snapshot_json(s: &pb::Snapshot) -> Value {
     json!({
@@ -17,7 +17,34 @@ pub fn snapshot_json(s: &pb::Snapshot) -> Value {
         "matched": s.matched,
         "created_unix_ns": s.created_unix_ns,
         "seq": s.seq,
+        "window_start_unix_ns": known(s.window_start_unix_ns),
+        "window_end_unix_ns": known(s.window_end_unix_ns),
+        "containers": s.containers.iter().map(container_json).collect::<Vec<_>>(),
+        "scope": s.scope,
     })
+}
+
+/// A container a snapshot holds samples of.
+pub fn container_json(c: &pb::Container) -> Value {
+    json!({
+        "runtime": c.runtime,
+        "id": c.id,
+        "name": c.name,
+        "cgroup": c.cgroup,
+        "pod_uid": c.pod_uid,
+        "pod": c.pod,
+        "namespace": c.namespace,
+        "samples": c.samples,
+    })
+}
+
+/// A time the daemon may not know (0): `null` then.
+fn known(unix_ns: i64) -> Value {
+    if unix_ns == 0 {
+        Value::Null
+    } else {
+        json!(unix_ns)
+    }
 }
 
 /// A dump's timings; `null` when there are none (`status` before the
@@ -68,15 +95,52 @@ fn cpu_capture_json(c: &pb::CpuCapture) -> Value {
     })
 }
 
+/// A row of `snapctl list`: the cells `fleet list` shows too, with the
+/// window after the creation time.
 fn snapshot_row(s: &pb::Snapshot) -> Vec<String> {
-    snapshot_cells(
+    let mut row = snapshot_cells(
         &s.id,
         s.bytes,
         s.created_unix_ns,
         &s.trigger,
         s.compressed,
         &s.label,
-    )
+    );
+    row.insert(
+        3,
+        window_cell(
+            s.window_start_unix_ns,
+            s.window_end_unix_ns,
+            s.created_unix_ns,
+        ),
+    );
+    row
+}
+
+/// The window a snapshot holds: its length and UTC start, `2.95 s from
+/// 22:11:30.452` (the date too when it is not the creation's); `-` when
+/// the daemon does not know it (0).
+fn window_cell(start_unix_ns: i64, end_unix_ns: i64, created_unix_ns: i64) -> String {
+    if start_unix_ns == 0 || end_unix_ns == 0 {
+        return "-".into();
+    }
+    let length = duration(
+        end_unix_ns
+            .saturating_sub(start_unix_ns)
+            .max(0)
+            .unsigned_abs(),
+    );
+    let day = |ns: i64| ns.div_euclid(86_400_000_000_000);
+    let millis = start_unix_ns.rem_euclid(1_000_000_000) / 1_000_000;
+    // utc() is "YYYY-MM-DD HH:MM:SSZ": the time of day is after the space.
+    let start = utc(start_unix_ns);
+    let start = start.trim_end_matches('Z');
+    let start = if day(start_unix_ns) == day(created_unix_ns) {
+        start.split_once(' ').map_or(start, |(_, time)| time)
+    } else {
+        start
+    };
+    format!("{length} from {start}.{millis:03}")
 }
 
 /// The cells of a snapshot in a table: ID, SIZE, CREATED, TRIGGER,
@@ -99,7 +163,15 @@ pub fn snapshot_cells(
     ]
 }
 
-const SNAPSHOT_HEADER: [&str; 6] = ["ID", "SIZE", "CREATED", "TRIGGER", "COMPRESSED", "LABEL"];
+const SNAPSHOT_HEADER: [&str; 7] = [
+    "ID",
+    "SIZE",
+    "CREATED",
+    "WINDOW (UTC)",
+    "TRIGGER",
+    "COMPRESSED",
+    "LABEL",
+];
 
 pub fn list(r: &pb::ListReply, as_json: bool) -> String {
     if as_json {
@@ -163,7 +235,7 @@ pub fn archive(out: &std::path::Path, s: &crate::archive::ArchiveSummary, as_jso
     if !s.missing.is_empty() {
         text.push_str(&format!(
             "; not found with their build-id: {}",
-            s.missing.join(", ")
+            shown(&s.missing.join(", "))
         ));
     }
     text
@@ -185,6 +257,7 @@ pub fn written(w: &crate::report::Written, as_json: bool) -> String {
             "frames": w.frames,
             "named_frames": w.named,
             "unresolved": w.unresolved,
+            "not_used": w.not_used,
         })
         .to_string();
     }
@@ -195,10 +268,21 @@ pub fn written(w: &crate::report::Written, as_json: bool) -> String {
         w.named,
         w.frames
     );
+    // Paths in a snapshot are what its processes (or its writer) chose.
     for u in &w.unresolved {
         text.push_str(&format!(
             "\n  not named: {} ({} frames): {}",
-            u.file, u.frames, u.reason
+            shown(&u.file),
+            u.frames,
+            shown(&u.reason)
+        ));
+    }
+    for n in &w.not_used {
+        text.push_str(&format!(
+            "\n  not used: {} {}: {}",
+            n.option,
+            shown(&n.path),
+            shown(&n.reason)
         ));
     }
     text
@@ -242,6 +326,16 @@ mod tests {
             created_unix_ns: 1_795_212_693_000_000_000,
             seq: 1,
             matched: String::new(),
+            window_start_unix_ns: 1_795_212_690_452_000_000,
+            window_end_unix_ns: 1_795_212_693_401_000_000,
+            containers: vec![pb::Container {
+                runtime: "podman".into(),
+                id: "a2ad75582abe".into(),
+                name: "busy1".into(),
+                samples: 7,
+                ..Default::default()
+            }],
+            scope: String::new(),
         }
     }
 
@@ -290,6 +384,14 @@ mod tests {
         );
     }
 
+    /// A table row's cells (columns are two or more spaces apart).
+    fn cells(line: &str) -> Vec<&str> {
+        line.split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
     #[test]
     fn list_is_a_table() {
         let r = pb::ListReply {
@@ -298,9 +400,90 @@ mod tests {
         let text = list(&r, false);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("ID  "), "{text}");
-        assert!(lines[1].contains("3.0MiB") && lines[1].contains("2026-11-20 22:11:33Z"));
+        assert_eq!(
+            cells(lines[0]),
+            [
+                "ID",
+                "SIZE",
+                "CREATED",
+                "WINDOW (UTC)",
+                "TRIGGER",
+                "COMPRESSED",
+                "LABEL"
+            ]
+        );
+        assert_eq!(
+            cells(lines[1]),
+            [
+                "h-20261120T221133Z-000001-x",
+                "3.0MiB",
+                "2026-11-20 22:11:33Z",
+                "2.95 s from 22:11:30.452",
+                "api",
+                "zstd",
+                "x"
+            ]
+        );
         assert_eq!(lines[2], "1 snapshots, 3.0MiB");
         let v: Value = serde_json::from_str(&list(&r, true)).unwrap();
         assert_eq!(v["snapshots"][0]["label"], "x");
+        assert_eq!(
+            v["snapshots"][0]["window_start_unix_ns"],
+            1_795_212_690_452_000_000_i64
+        );
+        assert_eq!(
+            v["snapshots"][0]["window_end_unix_ns"],
+            1_795_212_693_401_000_000_i64
+        );
+    }
+
+    #[test]
+    fn an_unknown_window_is_a_dash_and_null() {
+        let old = pb::Snapshot {
+            window_start_unix_ns: 0,
+            window_end_unix_ns: 0,
+            ..snap()
+        };
+        let text = list(
+            &pb::ListReply {
+                snapshots: vec![old.clone()],
+            },
+            false,
+        );
+        let row = text.lines().nth(1).unwrap();
+        assert_eq!(cells(row)[3], "-", "{text}");
+        let v = snapshot_json(&old);
+        assert_eq!(v["window_start_unix_ns"], Value::Null);
+        assert_eq!(v["window_end_unix_ns"], Value::Null);
+        // Keys only ever get added: the old ones are all still there.
+        for key in [
+            "id",
+            "path",
+            "bytes",
+            "compressed",
+            "label",
+            "trigger",
+            "matched",
+            "created_unix_ns",
+            "seq",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing: {v}");
+        }
+    }
+
+    #[test]
+    fn a_window_on_another_day_than_the_dump_shows_its_date() {
+        // Cut from the history: the window ended before midnight, the dump
+        // came after it.
+        let created = 1_795_219_205_000_000_000; // 2026-11-21 00:00:05Z
+        assert_eq!(
+            window_cell(created - 15_000_000_000, created - 5_000_000_000, created),
+            "10.0 s from 2026-11-20 23:59:50.000"
+        );
+        assert_eq!(
+            window_cell(created, created, created),
+            "0 s from 00:00:05.000"
+        );
+        assert_eq!(window_cell(0, created, created), "-");
     }
 }

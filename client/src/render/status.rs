@@ -5,7 +5,7 @@ use flightrec_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use super::fleet_status::{fleet_lines, fleet_status_json};
-use super::format::{human_bytes, ms, table};
+use super::format::{duration, human_bytes, shown, table};
 use super::snapshots::timings_json;
 use super::triggers::triggers_json;
 
@@ -40,6 +40,13 @@ fn status_json(
         "triggers": triggers_json(r),
         "fleet": fleet_status_json(r.fleet.as_ref()),
         "history": r.history.as_ref().map(history_json),
+        "cgroups": r.cgroups.as_ref().map(|c| json!({
+            "recorded": c.recorded,
+            "hierarchy": c.hierarchy,
+            "known": c.known,
+            "dropped": c.dropped,
+            "reason": c.reason,
+        })),
     })
 }
 
@@ -117,6 +124,7 @@ fn status_text(
     out.extend(r.events.iter().map(event_line));
     out.extend(cpu_lines(&r.cpus, r.history.is_some()));
     out.extend(r.history.as_ref().map(history_line));
+    out.extend(r.cgroups.as_ref().map(cgroups_line));
     out.extend(tracking_lines(tracking));
     out.push(store_line(store));
     out.push(dumps_line(r.dumps, r.last_dump.as_ref()));
@@ -131,10 +139,10 @@ fn status_text(
 fn daemon_lines(r: &pb::StatusReply) -> Vec<String> {
     vec![
         format!(
-            "flightrecd {} (pid {}), up {}s, config {}",
+            "flightrecd {} (pid {}), up {}, config {}",
             r.version,
             r.pid,
-            r.uptime_ns / 1_000_000_000,
+            duration(r.uptime_ns),
             r.config_path
         ),
         format!(
@@ -212,6 +220,23 @@ fn cpu_lines(cpus: &[pb::CpuStatus], history: bool) -> Vec<String> {
 
 /// The history's use of its budget, how far back it reaches, and why it
 /// is stopped if it is.
+/// Whether samples say which cgroup (service, container) they are of.
+fn cgroups_line(c: &pb::CgroupStatus) -> String {
+    if c.recorded {
+        let mut line = format!(
+            "cgroups: every sample's recorded, {} known ({})",
+            c.known,
+            shown(&c.hierarchy)
+        );
+        if c.dropped > 0 {
+            line.push_str(&format!(", {} forgotten to stay bounded", c.dropped));
+        }
+        line
+    } else {
+        format!("cgroups: not recorded: {}", shown(&c.reason))
+    }
+}
+
 fn history_line(h: &pb::HistoryStatus) -> String {
     let mut line = format!(
         "history: {} of {} in {} segments ({}), up to {} back",
@@ -219,7 +244,7 @@ fn history_line(h: &pb::HistoryStatus) -> String {
         human_bytes(h.max_bytes),
         h.segments,
         h.dir,
-        humantime::format_duration(std::time::Duration::from_secs(h.max_age_ns / 1_000_000_000)),
+        duration(h.max_age_ns),
     );
     if h.raw_bytes > 0 {
         line.push_str(&format!(
@@ -239,17 +264,13 @@ fn history_line(h: &pb::HistoryStatus) -> String {
     line
 }
 
-/// "2.9s" back (to the tenth of a second), "-" when nothing is held.
+/// How far back a CPU's rings or history reach ("2.94 s"), "-" when
+/// they hold nothing.
 fn reach_cell(oldest_unix_ns: i64, reach_ns: u64) -> String {
     if oldest_unix_ns == 0 {
         return "-".into();
     }
-    let tenths = (reach_ns + 50_000_000) / 100_000_000;
-    if tenths < 600 {
-        format!("{}.{}s", tenths / 10, tenths % 10)
-    } else {
-        humantime::format_duration(std::time::Duration::from_secs(tenths / 10)).to_string()
-    }
+    duration(reach_ns)
 }
 
 /// The tracking log, the process table's bounds and drops, and the
@@ -308,11 +329,11 @@ fn dumps_line(dumps: u64, last: Option<&pb::DumpTimings>) -> String {
         Some(t) => format!(
             "dumps: {}; last took {} (wait {}, capture {}, write {}, longest pause {})",
             dumps,
-            ms(t.total_ns),
-            ms(t.wait_ns),
-            ms(t.capture_ns),
-            ms(t.write_ns),
-            ms(t.max_pause_ns)
+            duration(t.total_ns),
+            duration(t.wait_ns),
+            duration(t.capture_ns),
+            duration(t.write_ns),
+            duration(t.max_pause_ns)
         ),
         None => "dumps: none yet".into(),
     }
@@ -423,18 +444,18 @@ mod tests {
     }
 
     #[test]
-    fn the_reach_reads_in_seconds_then_minutes() {
+    fn the_reach_reads_in_one_unit() {
         let reach = |ns| pb::CpuStatus {
             rings_oldest_unix_ns: 1,
             rings_reach_ns: ns,
             ..Default::default()
         };
         assert_eq!(reach_cell(0, 0), "-");
-        assert_eq!(reach_cell(1, 2_940_000_000), "2.9s");
-        assert_eq!(reach_cell(1, 598_000_000_000), "9m 58s");
+        assert_eq!(reach_cell(1, 2_940_000_000), "2.94 s");
+        assert_eq!(reach_cell(1, 598_000_000_000), "9.97 min");
         let lines = cpu_lines(&[reach(2_940_000_000)], false);
         assert!(lines[0].contains("RINGS REACH"), "{}", lines[0]);
-        assert!(lines[0].contains("2.9s"), "{}", lines[0]);
+        assert!(lines[0].contains("2.94 s"), "{}", lines[0]);
         assert!(!lines[0].contains("HISTORY"), "{}", lines[0]);
         let with_history = pb::CpuStatus {
             history_oldest_unix_ns: 1,
@@ -444,8 +465,35 @@ mod tests {
         };
         let lines = cpu_lines(&[with_history], true);
         assert!(lines[0].contains("HISTORY REACH"), "{}", lines[0]);
-        assert!(lines[0].contains("9m 58s"), "{}", lines[0]);
+        assert!(lines[0].contains("9.97 min"), "{}", lines[0]);
         assert!(lines[0].contains("LOST STREAMING"), "{}", lines[0]);
+    }
+
+    #[test]
+    fn timings_and_uptime_read_in_one_unit_each() {
+        let t = pb::DumpTimings {
+            wait_ns: 45_600,
+            capture_ns: 12_340_000,
+            write_ns: 9_544_366_493,
+            total_ns: 9_557_000_000,
+            max_pause_ns: 1_000,
+        };
+        assert_eq!(
+            dumps_line(3, Some(&t)),
+            "dumps: 3; last took 9.56 s (wait 45.6 µs, capture 12.3 ms, write 9.54 s, \
+             longest pause 1.00 µs)"
+        );
+        let r = pb::StatusReply {
+            version: "1".into(),
+            pid: 7,
+            uptime_ns: 7_380_000_000_000,
+            config_path: "(built-in defaults)".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            daemon_lines(&r)[0],
+            "flightrecd 1 (pid 7), up 2.05 h, config (built-in defaults)"
+        );
     }
 
     #[test]
@@ -463,7 +511,7 @@ mod tests {
         };
         let line = history_line(&h);
         assert!(line.contains("3 segments"), "{line}");
-        assert!(line.contains("up to 10m back"), "{line}");
+        assert!(line.contains("up to 10.0 min back"), "{line}");
         assert!(line.contains("4.0x compressed"), "{line}");
         assert!(line.contains("history STOPPED: disk full"), "{line}");
     }

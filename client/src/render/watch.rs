@@ -4,14 +4,16 @@ use flightrec_proto::v1 as pb;
 use pb::watch_event::Kind;
 use serde_json::{Value, json};
 
-use super::format::{human_bytes, utc};
+use super::format::{duration, human_bytes, shown, utc};
 use super::snapshots::snapshot_json;
 
 pub fn watch_event(e: &pb::WatchEvent, as_json: bool) -> String {
     if as_json {
         watch_event_json(e).to_string()
     } else {
-        watch_event_text(e)
+        // One line, whose parts (a comm, a path, an error) come from other
+        // processes.
+        shown(&watch_event_text(e)).into_owned()
     }
 }
 
@@ -120,6 +122,16 @@ fn trigger_fired_text(when: &str, t: &pb::TriggerFired) -> String {
     )
 }
 
+/// [`duration`] of the API's float seconds (negative or not a number
+/// reads as 0).
+fn seconds(s: f64) -> String {
+    duration(if s.is_finite() && s > 0.0 {
+        (s * 1e9) as u64
+    } else {
+        0
+    })
+}
+
 fn uploaded_text(when: &str, u: &pb::SnapshotUploaded) -> String {
     let s = u.snapshot.clone().unwrap_or_default();
     let already = if u.already_there {
@@ -128,12 +140,12 @@ fn uploaded_text(when: &str, u: &pb::SnapshotUploaded) -> String {
         ""
     };
     format!(
-        "{when} uploaded {} to {} as {} ({}, {:.2}s){already}",
+        "{when} uploaded {} to {} as {} ({}, {}){already}",
         s.id,
         u.destination,
         u.object,
         human_bytes(s.bytes),
-        u.seconds
+        seconds(u.seconds)
     )
 }
 
@@ -172,6 +184,44 @@ mod tests {
         assert_eq!(v["event"], "trigger_fired");
         assert_eq!(v["times"], 3);
         assert_eq!(v["suppressed_by"], "min_interval");
+    }
+
+    #[test]
+    fn a_matched_comm_is_shown_escaped() {
+        let e = event(Kind::TriggerFired(pb::TriggerFired {
+            name: "exec".into(),
+            matched: "sched:sched_process_exec on CPU 1 by pid 7 (\x1b]0;x\x07\r\n)".into(),
+            dumped: true,
+            suppressed_by: String::new(),
+            times: 1,
+        }));
+        assert_eq!(
+            watch_event(&e, false),
+            "2026-11-20 22:11:33Z trigger exec fired: sched:sched_process_exec on CPU 1 by pid \
+             7 (\\x1b]0;x\\x07\\r\\n); dump queued"
+        );
+    }
+
+    #[test]
+    fn an_upload_says_how_long_it_took_in_one_unit() {
+        let uploaded = event(Kind::Uploaded(pb::SnapshotUploaded {
+            snapshot: Some(pb::Snapshot {
+                id: "h-1".into(),
+                bytes: 3 << 20,
+                ..Default::default()
+            }),
+            destination: "jetstream".into(),
+            object: "flightrec/h/h-1.perf.data".into(),
+            seconds: 0.0604,
+            already_there: false,
+        }));
+        assert_eq!(
+            watch_event(&uploaded, false),
+            "2026-11-20 22:11:33Z uploaded h-1 to jetstream as flightrec/h/h-1.perf.data \
+             (3.0MiB, 60.4 ms)"
+        );
+        assert_eq!(seconds(f64::NAN), "0 s");
+        assert_eq!(seconds(-1.0), "0 s");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
             at,
             before,
             after,
+            cgroups,
+            containers,
         } => {
             // A dump may wait for its slot (snapshot.min_interval), for the
             // end of its window, and take long to write.
@@ -67,13 +69,15 @@ pub(super) async fn call(daemon: &Daemon, command: Command, json: bool) -> Resul
                     at_unix_ns: at,
                     before_ns: before.map(nanos),
                     after_ns: after.map(nanos),
+                    cgroup: cgroups,
+                    container: containers,
                 }))
                 .await?;
             if r.window_missing_ns > 0 && !json {
                 eprintln!(
                     "snapctl: the window asked for starts {} before the oldest record still \
                      held; the snapshot holds what is left",
-                    humantime::format_duration(Duration::from_nanos(r.window_missing_ns))
+                    render::duration(r.window_missing_ns)
                 );
             }
             render::dump(&r, json)

@@ -1,7 +1,7 @@
 //! `snapctl fleet ...`: NATS only, no daemon socket.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flightrec_config::FleetConfig;
@@ -47,11 +47,12 @@ impl FleetFlags {
 
 pub(super) async fn run(
     flags: FleetFlags,
+    config: Option<&Path>,
     command: FleetCommand,
     json: bool,
     timeout: Duration,
 ) -> Result<(), ClientError> {
-    let config = daemon_config();
+    let config = daemon_config(config)?;
     let target = flags.target(
         config
             .as_ref()
@@ -68,6 +69,8 @@ pub(super) async fn run(
             at,
             before,
             after,
+            cgroups,
+            containers,
         } => {
             let select: BTreeMap<String, String> = select.into_iter().collect();
             let window = WindowArgs {
@@ -75,7 +78,13 @@ pub(super) async fn run(
                 before,
                 after,
             };
-            let request = request_json(label.as_deref(), &select, compress, window);
+            let request = request_json(
+                label.as_deref(),
+                &select,
+                compress,
+                window,
+                (&cgroups, &containers),
+            );
             let expect = expected_hosts(host.as_deref(), expect);
             let result =
                 crate::fleet::dump(&target, host.as_deref(), &request, wait, &expect, timeout)

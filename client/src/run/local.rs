@@ -4,15 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
+use flightrec_proto::container::Container;
 use flightrec_proto::sidecar::{self, Sidecar};
 use flightrec_proto::v1 as pb;
 
 use super::daemon::Daemon;
 use crate::ClientError;
 use crate::archive::{self, ArchiveError, ArchiveOptions};
-use crate::cli::SymbolArgs;
+use crate::cli::{ReadLimits, SymbolArgs};
 use crate::render;
-use crate::report::{self, ExportFormat, ReportFailure};
+use crate::report::{self, ExportRequest, ReportFailure};
 
 pub(super) async fn archive(
     daemon: &Daemon,
@@ -31,12 +32,19 @@ pub(super) async fn decompress(
     daemon: &Daemon,
     snapshot: &str,
     output: Option<PathBuf>,
+    limits: ReadLimits,
     force: bool,
     json: bool,
 ) -> Result<String, ClientError> {
     let path = snapshot_file(daemon, snapshot).await?;
     let out = output.unwrap_or_else(|| format!("{}.plain.perf.data", snapshot_id(&path)).into());
-    let bytes = archive::write_plain_copy(&path, &out, force).map_err(failed)?;
+    let bytes = tokio::task::spawn_blocking(move || {
+        archive::write_plain_copy(&path, &out, force, limits.max_decompressed)
+            .map(|bytes| (out, bytes))
+    })
+    .await
+    .map_err(|e| ClientError::Output(std::io::Error::other(e.to_string())))?;
+    let (out, bytes) = bytes.map_err(failed)?;
     Ok(render::decompressed(&out, bytes, json))
 }
 
@@ -45,23 +53,15 @@ pub(super) async fn report(
     snapshot: &str,
     output: Option<PathBuf>,
     symbols: &SymbolArgs,
+    limits: ReadLimits,
     force: bool,
     json: bool,
 ) -> Result<String, ClientError> {
     let (path, info) = snapshot_info(daemon, snapshot).await?;
     let id = snapshot_id(&path);
     let out = output.unwrap_or_else(|| format!("{id}.html").into());
-    // A file named on the command line has no entry in the daemon's list:
-    // its sidecar, when it lies beside it, says the same.
-    let side = match &info {
-        Some(i) => Some(Sidecar {
-            trigger: i.trigger.clone(),
-            matched: i.matched.clone(),
-            created_unix_ns: i.created_unix_ns,
-            uploads: Vec::new(),
-        }),
-        None => sidecar_beside(&path),
-    };
+    let side = sidecar_of(&path, info.as_ref());
+    let known = known_containers(side.as_ref());
     let ctx = flightrec_report::PageContext {
         title: id,
         trigger: side.as_ref().map(|s| s.trigger.clone()),
@@ -70,51 +70,34 @@ pub(super) async fn report(
             .map(|s| s.matched.clone())
             .filter(|m| !m.is_empty()),
         trigger_unix_ns: side.as_ref().map(|s| s.created_unix_ns),
+        scope: side
+            .as_ref()
+            .map(|s| s.scope.clone())
+            .filter(|s| !s.is_empty()),
     };
     let sources = symbols.sources();
+    let max = limits.max_decompressed;
     let written =
-        blocking(move || report::write_report(&path, &out, &ctx, &sources, force)).await?;
+        blocking(move || report::write_report(&path, &out, &ctx, &known, &sources, max, force))
+            .await?;
     Ok(render::written(&written, json))
-}
-
-/// What `snapctl export` writes.
-pub(super) struct Export {
-    pub format: ExportFormat,
-    pub event: Option<String>,
-    pub off_cpu: bool,
-    pub force: bool,
 }
 
 pub(super) async fn export(
     daemon: &Daemon,
     snapshot: &str,
     output: Option<PathBuf>,
-    export: &Export,
+    request: ExportRequest,
     symbols: &SymbolArgs,
     json: bool,
 ) -> Result<String, ClientError> {
-    let path = snapshot_file(daemon, snapshot).await?;
+    let (path, info) = snapshot_info(daemon, snapshot).await?;
+    let known = known_containers(sidecar_of(&path, info.as_ref()).as_ref());
     let out = output
-        .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), export.format.extension()).into());
+        .unwrap_or_else(|| format!("{}.{}", snapshot_id(&path), request.format.extension()).into());
     let sources = symbols.sources();
-    let (format, event, off_cpu, force) = (
-        export.format,
-        export.event.clone(),
-        export.off_cpu,
-        export.force,
-    );
-    let written = blocking(move || {
-        report::write_export(
-            &path,
-            &out,
-            format,
-            event.as_deref(),
-            off_cpu,
-            &sources,
-            force,
-        )
-    })
-    .await?;
+    let written =
+        blocking(move || report::write_export(&path, &out, &request, &known, &sources)).await?;
     let text = render::written(&written, json);
     if written.path.is_none() {
         // The export went to standard output: the summary goes beside it.
@@ -136,17 +119,63 @@ where
         .map_err(|e| ClientError::Output(std::io::Error::other(e.to_string())))?
         .map_err(|e| match e {
             ReportFailure::Write(e) => failed(e),
-            ReportFailure::Read(e @ flightrec_report::ReportError::Snapshot { .. }) => {
-                ClientError::Daemon {
-                    code: tonic::Code::FailedPrecondition,
-                    message: e.to_string(),
-                }
-            }
+            ReportFailure::Usage(message) => ClientError::Daemon {
+                code: tonic::Code::InvalidArgument,
+                message,
+            },
+            ReportFailure::Read(
+                e @ (flightrec_report::ReportError::Snapshot { .. }
+                | flightrec_report::ReportError::TooLarge { .. }),
+            ) => ClientError::Daemon {
+                code: tonic::Code::FailedPrecondition,
+                message: e.to_string(),
+            },
             ReportFailure::Read(e) => ClientError::Daemon {
                 code: tonic::Code::InvalidArgument,
                 message: e.to_string(),
             },
         })
+}
+
+/// What the daemon's list says of the snapshot at `path` (`info`), as its
+/// sidecar would; a file named on the command line has no entry in the
+/// list: its sidecar, when it lies beside it, says the same.
+fn sidecar_of(path: &Path, info: Option<&pb::Snapshot>) -> Option<Sidecar> {
+    let Some(i) = info else {
+        return sidecar_beside(path);
+    };
+    Some(Sidecar {
+        trigger: i.trigger.clone(),
+        matched: i.matched.clone(),
+        created_unix_ns: i.created_unix_ns,
+        uploads: Vec::new(),
+        window_start_unix_ns: (i.window_start_unix_ns != 0).then_some(i.window_start_unix_ns),
+        window_end_unix_ns: (i.window_end_unix_ns != 0).then_some(i.window_end_unix_ns),
+        containers: i
+            .containers
+            .iter()
+            .map(|c| sidecar::SidecarContainer {
+                container: Container {
+                    runtime: c.runtime.clone(),
+                    id: c.id.clone(),
+                    cgroup: c.cgroup.clone(),
+                    pod_uid: c.pod_uid.clone(),
+                    name: c.name.clone(),
+                    pod: c.pod.clone(),
+                    namespace: c.namespace.clone(),
+                },
+                samples: c.samples,
+            })
+            .collect(),
+        scope: i.scope.clone(),
+    })
+}
+
+/// The containers a sidecar names (with the runtime's names, where the
+/// daemon had them).
+fn known_containers(side: Option<&Sidecar>) -> Vec<Container> {
+    side.map(|s| s.containers.iter().map(|c| c.container.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// Whether the command line named a file rather than an id.
@@ -239,6 +268,53 @@ mod tests {
         std::fs::write(&elsewhere, r#"{"trigger":"api","created_unix_ns":1}"#).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &side).unwrap();
         assert_eq!(sidecar_beside(&file), None, "a link is not followed");
+    }
+
+    #[test]
+    fn the_containers_a_report_names_come_from_the_list_or_the_sidecar_beside_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("h-20261120T221133Z-000002.perf.data");
+        assert!(known_containers(sidecar_of(&file, None).as_ref()).is_empty());
+        std::fs::write(
+            dir.path().join(".h-20261120T221133Z-000002.meta"),
+            r#"{"trigger":"api","created_unix_ns":7,"scope":"container:web",
+               "containers":[{"runtime":"podman","id":"a2ad75582abe0","cgroup":"/libpod_parent/libpod-a2ad75582abe0","name":"web","samples":9}]}"#,
+        )
+        .unwrap();
+        let side = sidecar_of(&file, None).unwrap();
+        assert_eq!(side.scope, "container:web");
+        let known = known_containers(Some(&side));
+        assert_eq!(known.len(), 1);
+        assert_eq!(
+            (known[0].name.as_str(), known[0].runtime.as_str()),
+            ("web", "podman")
+        );
+        // An id the daemon lists: its List entry, not a file, says it.
+        let listed = pb::Snapshot {
+            scope: "cgroup:/x".into(),
+            containers: vec![pb::Container {
+                runtime: "docker".into(),
+                id: "f".repeat(64),
+                cgroup: "/docker/x".into(),
+                name: "db".into(),
+                pod: "shop".into(),
+                namespace: "prod".into(),
+                samples: 3,
+                ..pb::Container::default()
+            }],
+            ..pb::Snapshot::default()
+        };
+        let side = sidecar_of(&file, Some(&listed)).unwrap();
+        assert_eq!(side.scope, "cgroup:/x");
+        let known = known_containers(Some(&side));
+        assert_eq!(
+            (
+                known[0].name.as_str(),
+                known[0].pod.as_str(),
+                known[0].namespace.as_str()
+            ),
+            ("db", "shop", "prod")
+        );
     }
 
     #[test]

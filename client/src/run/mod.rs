@@ -38,10 +38,10 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             user,
             password_file,
         };
-        return fleet::run(flags, *command, json, timeout).await;
+        return fleet::run(flags, args.config.as_deref(), *command, json, timeout).await;
     }
     let daemon = Daemon {
-        socket: config::socket_path(args.socket),
+        socket: config::socket_path(args.socket, args.config.as_deref())?,
         timeout,
     };
     match args.command {
@@ -61,18 +61,21 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
         Command::Decompress {
             snapshot,
             output,
+            limits,
             force,
         } => {
-            let text = local::decompress(&daemon, &snapshot, output, force, json).await?;
+            let text = local::decompress(&daemon, &snapshot, output, limits, force, json).await?;
             print_line(&text)
         }
         Command::Report {
             snapshot,
             output,
             symbols,
+            limits,
             force,
         } => {
-            let text = local::report(&daemon, &snapshot, output, &symbols, force, json).await?;
+            let text =
+                local::report(&daemon, &snapshot, output, &symbols, limits, force, json).await?;
             print_line(&text)
         }
         Command::Export {
@@ -81,16 +84,20 @@ pub async fn run(args: Args) -> Result<(), ClientError> {
             output,
             event,
             off_cpu,
+            by,
             symbols,
+            limits,
             force,
         } => {
-            let export = local::Export {
+            let request = crate::report::ExportRequest {
                 format,
                 event,
                 off_cpu,
+                by,
+                max_decompressed: limits.max_decompressed,
                 force,
             };
-            let text = local::export(&daemon, &snapshot, output, &export, &symbols, json).await?;
+            let text = local::export(&daemon, &snapshot, output, request, &symbols, json).await?;
             if !text.is_empty() {
                 print_line(&text)?;
             }
@@ -130,7 +137,8 @@ pub fn failure(error: &ClientError, json: bool) -> Option<Failure> {
     let message = if json {
         error.to_json()
     } else {
-        format!("snapctl: {error}")
+        // Errors quote what others wrote (a host's reply, a header).
+        crate::render::shown(&format!("snapctl: {error}")).into_owned()
     };
     Some(Failure {
         message,

@@ -1,12 +1,14 @@
 //! `[[trigger]]`: conditions that dump by themselves (a tracepoint, a PSI
-//! stall, ring losses, a period) and their rate limits. The `psi` value's
-//! grammar is in [`psi`]; what serde cannot check about a trigger is in
+//! stall, a cgroup's memory events, ring losses, a period), their rate
+//! limits and the part of the machine their snapshots hold. The `psi`
+//! value's grammar is in [`psi`], the cgroup globs, memory counters and
+//! scopes in [`cgroup`]; what serde cannot check about a trigger is in
 //! [`validate`].
 
+mod cgroup;
 mod psi;
 mod validate;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +16,9 @@ use toml::Spanned;
 
 use crate::units::HumanDuration;
 
+pub use cgroup::{
+    MAX_CGROUP_BYTES, MAX_TRIGGER_CGROUPS, MemoryCounter, TriggerScope, check_cgroup_glob,
+};
 pub use psi::{PsiResource, PsiSpec};
 pub use validate::check_trigger_name;
 pub(crate) use validate::validate_triggers;
@@ -35,6 +40,9 @@ pub const MIN_EVERY: Duration = Duration::from_secs(1);
 pub enum TriggerOn {
     Tracepoint,
     Psi,
+    /// The memory event counters of the cgroups a glob names.
+    #[serde(rename = "cgroup-memory")]
+    CgroupMemory,
     Loss,
     Interval,
 }
@@ -44,6 +52,7 @@ impl TriggerOn {
         match self {
             TriggerOn::Tracepoint => "tracepoint",
             TriggerOn::Psi => "psi",
+            TriggerOn::CgroupMemory => "cgroup-memory",
             TriggerOn::Loss => "loss",
             TriggerOn::Interval => "interval",
         }
@@ -66,10 +75,16 @@ pub struct TriggerConfig {
     /// `"<cpu|memory|io> <some|full> <stall> <window>"` (on = "psi").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psi: Option<Spanned<String>>,
-    /// A cgroup v2 directory whose `*.pressure` file is watched instead of
-    /// /proc/pressure (on = "psi").
+    /// The cgroups watched, a glob of paths relative to the cgroup2 root
+    /// (`/kubepods.slice/*`; a path under the cgroup2 mount means the
+    /// same): for "psi" their `*.pressure` files instead of /proc/pressure,
+    /// for "cgroup-memory" their memory event counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<Spanned<PathBuf>>,
+    pub cgroup: Option<Spanned<String>>,
+    /// The memory counters watched (on = "cgroup-memory"); default
+    /// `["oom_kill"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Spanned<Vec<Spanned<String>>>>,
     /// Period (on = "interval").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<Spanned<HumanDuration>>,
@@ -95,6 +110,11 @@ pub struct TriggerConfig {
     /// Default: `snapshot.compression`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compress: Option<bool>,
+    /// What the snapshots hold: "machine", "matched", "cgroup:/PATH" or
+    /// "container:ID|NAME"; default "machine" ("matched" for
+    /// "cgroup-memory").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Spanned<String>>,
 }
 
 impl TriggerConfig {
@@ -130,6 +150,30 @@ impl TriggerConfig {
         self.psi
             .as_ref()
             .and_then(|p| PsiSpec::parse(p.get_ref()).ok())
+    }
+
+    /// The memory counters a "cgroup-memory" trigger watches (validated
+    /// at load), in `events`' order; default `oom_kill`.
+    pub fn memory_counters(&self) -> Vec<MemoryCounter> {
+        match &self.events {
+            None => vec![MemoryCounter::OomKill],
+            Some(events) => events
+                .get_ref()
+                .iter()
+                .filter_map(|e| MemoryCounter::parse(e.get_ref()))
+                .collect(),
+        }
+    }
+
+    /// The part of the machine its snapshots hold (validated at load):
+    /// `scope`, else the whole machine, but for "cgroup-memory" the
+    /// cgroup whose counter grew.
+    pub fn scope(&self) -> TriggerScope {
+        match &self.scope {
+            Some(s) => TriggerScope::parse(s.get_ref()).unwrap_or(TriggerScope::Machine),
+            None if *self.on.get_ref() == TriggerOn::CgroupMemory => TriggerScope::Matched,
+            None => TriggerScope::Machine,
+        }
     }
 }
 
@@ -192,6 +236,51 @@ every = "30s"
                 .get(),
             Duration::from_secs(30)
         );
+        assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
+    }
+
+    #[test]
+    fn container_triggers_parse_with_their_defaults() {
+        let cfg = parse(
+            r#"
+[[trigger]]
+name = "oom-kill"
+on = "tracepoint"
+event = "oom:mark_victim"
+scope = "matched"
+
+[[trigger]]
+name = "pods-oom"
+on = "cgroup-memory"
+cgroup = "/kubepods.slice/*"
+
+[[trigger]]
+name = "pods-max"
+on = "cgroup-memory"
+cgroup = "/kubepods.slice/*"
+events = ["max", "oom_kill"]
+scope = "machine"
+
+[[trigger]]
+name = "web-pressure"
+on = "psi"
+psi = "memory some 100ms 1s"
+cgroup = "/system.slice/web-*.service"
+scope = "container:web"
+"#,
+        )
+        .unwrap();
+        let t: Vec<&TriggerConfig> = cfg.triggers.iter().map(|t| t.get_ref()).collect();
+        assert_eq!(t[0].scope(), TriggerScope::Matched);
+        assert_eq!(*t[1].on.get_ref(), TriggerOn::CgroupMemory);
+        assert_eq!(t[1].memory_counters(), [MemoryCounter::OomKill]);
+        assert_eq!(t[1].scope(), TriggerScope::Matched);
+        assert_eq!(
+            t[2].memory_counters(),
+            [MemoryCounter::Max, MemoryCounter::OomKill]
+        );
+        assert_eq!(t[2].scope(), TriggerScope::Machine);
+        assert_eq!(t[3].scope(), TriggerScope::Container("web".into()));
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
     }
 }

@@ -9,9 +9,15 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{MAX_TRIGGER_NAME_BYTES, MIN_EVERY, PsiSpec, TriggerConfig, TriggerOn};
-use crate::checks::{MAX_FILTER_BYTES, check_event_name, check_path};
+use super::{
+    MAX_TRIGGER_NAME_BYTES, MIN_EVERY, MemoryCounter, PsiSpec, TriggerConfig, TriggerOn,
+    TriggerScope, check_cgroup_glob,
+};
+use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
+
+/// A key, where it is (if given) and the kinds of trigger it applies to.
+type KeyOfKinds<'a> = (&'static str, Option<Range<usize>>, &'a [TriggerOn]);
 
 impl TriggerConfig {
     /// Checks one trigger; `whole` is the table's span (for a missing key).
@@ -27,48 +33,63 @@ impl TriggerConfig {
         // below apply to it.
         self.check_tracepoint_keys(n)?;
         self.check_psi_keys(n)?;
+        self.check_memory_keys(n)?;
         self.check_interval_keys(n)?;
+        self.check_scope(n)?;
         self.check_rate_limits(n)?;
         self.check_snapshot_keys(n)
     }
 
-    /// Rejects a key that belongs to another kind than `on` (an `every` on
+    /// Rejects a key that belongs to other kinds than `on` (an `every` on
     /// a tracepoint trigger would silently do nothing).
     fn check_keys_match_kind(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         let on = *self.on.get_ref();
-        let own: [(&str, Option<Range<usize>>, TriggerOn); 5] = [
+        let own: [KeyOfKinds; 6] = [
             (
                 "event",
                 self.event.as_ref().map(Spanned::span),
-                TriggerOn::Tracepoint,
+                &[TriggerOn::Tracepoint],
             ),
             (
                 "filter",
                 self.filter.as_ref().map(Spanned::span),
-                TriggerOn::Tracepoint,
+                &[TriggerOn::Tracepoint],
             ),
-            ("psi", self.psi.as_ref().map(Spanned::span), TriggerOn::Psi),
+            (
+                "psi",
+                self.psi.as_ref().map(Spanned::span),
+                &[TriggerOn::Psi],
+            ),
             (
                 "cgroup",
                 self.cgroup.as_ref().map(Spanned::span),
-                TriggerOn::Psi,
+                &[TriggerOn::Psi, TriggerOn::CgroupMemory],
+            ),
+            (
+                "events",
+                self.events.as_ref().map(Spanned::span),
+                &[TriggerOn::CgroupMemory],
             ),
             (
                 "every",
                 self.every.as_ref().map(Spanned::span),
-                TriggerOn::Interval,
+                &[TriggerOn::Interval],
             ),
         ];
-        for (key, span, kind) in own {
+        for (key, span, kinds) in own {
             if let Some(span) = span
-                && kind != on
+                && !kinds.contains(&on)
             {
+                let kinds: Vec<String> = kinds
+                    .iter()
+                    .map(|k| format!("\"{}\"", k.as_str()))
+                    .collect();
                 return Err((
                     span,
                     format!(
-                        "trigger {}: `{key}` applies only to on = \"{}\", not \"{}\"",
+                        "trigger {}: `{key}` applies only to on = {}, not \"{}\"",
                         quoted(n),
-                        kind.as_str(),
+                        kinds.join(" or "),
                         on.as_str()
                     ),
                 ));
@@ -88,6 +109,9 @@ impl TriggerConfig {
         let required = match on {
             TriggerOn::Tracepoint if self.event.is_none() => Some("event = \"system:tracepoint\""),
             TriggerOn::Psi if self.psi.is_none() => Some("psi = \"cpu some 100ms 1s\""),
+            TriggerOn::CgroupMemory if self.cgroup.is_none() => {
+                Some("cgroup = \"/system.slice/*\" (a glob of cgroup paths)")
+            }
             TriggerOn::Interval if self.every.is_none() => Some("every = \"30s\""),
             _ => None,
         };
@@ -138,33 +162,100 @@ impl TriggerConfig {
         Ok(())
     }
 
-    /// `psi` and `cgroup` (on = "psi").
+    /// `psi` and `cgroup` (on = "psi", "cgroup-memory").
     fn check_psi_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
         if let Some(psi) = &self.psi {
             PsiSpec::parse(psi.get_ref())
                 .map_err(|why| (psi.span(), format!("trigger {}: {why}", quoted(n))))?;
         }
         if let Some(cgroup) = &self.cgroup {
-            let path = cgroup.get_ref();
-            if let Err(why) = check_path(path) {
-                return Err((
-                    cgroup.span(),
-                    format!("trigger {}: cgroup {why}", quoted(n)),
-                ));
-            }
-            if !path.is_absolute() {
-                return Err((
+            check_cgroup_glob(cgroup.get_ref()).map_err(|why| {
+                (
                     cgroup.span(),
                     format!(
-                        "trigger {}: cgroup {} must be an absolute path such as \
-                         /sys/fs/cgroup/system.slice",
-                        quoted(n),
-                        quoted(&path.display().to_string())
+                        "trigger {}: cgroup {why}; give a path relative to the cgroup2 root \
+                         such as /system.slice/*",
+                        quoted(n)
                     ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `events` (on = "cgroup-memory"): known counters, each once.
+    fn check_memory_keys(&self, n: &str) -> Result<(), (Range<usize>, String)> {
+        let Some(events) = &self.events else {
+            return Ok(());
+        };
+        if events.get_ref().is_empty() {
+            return Err((
+                events.span(),
+                format!(
+                    "trigger {}: events is empty: name the counters to watch, e.g. \
+                     [\"oom_kill\"]",
+                    quoted(n)
+                ),
+            ));
+        }
+        for (i, e) in events.get_ref().iter().enumerate() {
+            let name = e.get_ref();
+            if MemoryCounter::parse(name).is_none() {
+                let known: Vec<&str> = MemoryCounter::ALL.iter().map(|c| c.as_str()).collect();
+                return Err((
+                    e.span(),
+                    format!(
+                        "trigger {}: {} is not a memory event counter: one of {}",
+                        quoted(n),
+                        quoted(name),
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if events.get_ref()[..i].iter().any(|o| o.get_ref() == name) {
+                return Err((
+                    e.span(),
+                    format!("trigger {}: {} is listed twice", quoted(n), quoted(name)),
                 ));
             }
         }
         Ok(())
+    }
+
+    /// `scope`: its grammar, and "matched" only where a firing has a cgroup
+    /// (a tracepoint's task, a cgroup's PSI file or counter).
+    fn check_scope(&self, n: &str) -> Result<(), (Range<usize>, String)> {
+        let Some(scope) = &self.scope else {
+            return Ok(());
+        };
+        let parsed = TriggerScope::parse(scope.get_ref())
+            .map_err(|why| (scope.span(), format!("trigger {}: {why}", quoted(n))))?;
+        if parsed != TriggerScope::Matched {
+            return Ok(());
+        }
+        let on = *self.on.get_ref();
+        let why = match on {
+            TriggerOn::Loss | TriggerOn::Interval => Some(format!(
+                "on = \"{}\" fires for the whole machine, not for a task or cgroup",
+                on.as_str()
+            )),
+            TriggerOn::Psi if self.cgroup.is_none() => Some(
+                "a PSI trigger on /proc/pressure watches the whole machine: add cgroup = \
+                 \"/PATH\" to watch cgroups"
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        match why {
+            Some(why) => Err((
+                scope.span(),
+                format!(
+                    "trigger {}: scope = \"matched\" has nothing to match: {why}",
+                    quoted(n)
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `every` (on = "interval").
@@ -398,7 +489,7 @@ mod tests {
             "[[trigger]]\nname = \"x\"\non = \"psi\"\npsi = \"io some 1s 2s\"\ncgroup = \"sys\"\n",
             5,
             10,
-            "absolute path",
+            "not a cgroup path",
         );
         rejected_at(
             "[[trigger]]\nname = \"x\"\non = \"loss\"\nmax_per_hour = 5000\n",
@@ -423,6 +514,78 @@ mod tests {
             4,
             10,
             "soon",
+        );
+    }
+
+    #[test]
+    fn container_keys_are_rejected_at_their_line_and_column() {
+        let memory = "[[trigger]]\nname = \"m\"\non = \"cgroup-memory\"\n";
+        rejected_at(memory, 1, 1, "needs cgroup = ");
+        rejected_at(
+            &format!("{memory}cgroup = \"/a/**\"\n"),
+            4,
+            10,
+            "`**` is not supported",
+        );
+        rejected_at(
+            &format!("{memory}cgroup = \"/a/[b\"\n"),
+            4,
+            10,
+            "not a valid glob",
+        );
+        rejected_at(
+            &format!("{memory}cgroup = \"/a\"\nevents = [\"oom_kill\", \"swap\"]\n"),
+            5,
+            23,
+            "\"swap\" is not a memory event counter: one of oom, oom_kill, max, high",
+        );
+        rejected_at(
+            &format!("{memory}cgroup = \"/a\"\nevents = [\"max\", \"max\"]\n"),
+            5,
+            18,
+            "listed twice",
+        );
+        rejected_at(
+            &format!("{memory}cgroup = \"/a\"\nevents = []\n"),
+            5,
+            10,
+            "events is empty",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\nevents = [\"oom\"]\n",
+            4,
+            10,
+            "`events` applies only to on = \"cgroup-memory\"",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\ncgroup = \"/a\"\n",
+            4,
+            10,
+            "`cgroup` applies only to on = \"psi\" or \"cgroup-memory\"",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\nscope = \"pod:x\"\n",
+            4,
+            9,
+            "is not \"machine\", \"matched\"",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"loss\"\nscope = \"cgroup:x\"\n",
+            4,
+            9,
+            "is not a cgroup path",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"interval\"\nevery = \"1s\"\nscope = \"matched\"\n",
+            5,
+            9,
+            "nothing to match",
+        );
+        rejected_at(
+            "[[trigger]]\nname = \"x\"\non = \"psi\"\npsi = \"io some 1s 2s\"\nscope = \"matched\"\n",
+            5,
+            9,
+            "add cgroup",
         );
     }
 }

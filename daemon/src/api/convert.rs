@@ -45,7 +45,9 @@ pub fn dump_status(e: DumpError) -> Status {
     let message = e.to_string();
     match &e {
         DumpError::InvalidArgument { .. } => Status::invalid_argument(message),
-        DumpError::OutsideWindow { .. } => Status::failed_precondition(message),
+        DumpError::OutsideWindow { .. }
+        | DumpError::ScopeMatchesNothing { .. }
+        | DumpError::ScopeNotRecorded => Status::failed_precondition(message),
         DumpError::DiskFull { .. } => Status::resource_exhausted(message),
         DumpError::ShuttingDown => Status::unavailable(message),
         DumpError::Store(s) => {
@@ -123,6 +125,24 @@ pub fn snapshot_pb(s: &SnapshotInfo) -> pb::Snapshot {
         created_unix_ns: s.created_unix_ns,
         seq: s.seq,
         matched: s.matched.clone(),
+        // Not filled yet: 0 is "unknown" to clients.
+        window_start_unix_ns: unix_ns(s.window.map(|w| w.0)),
+        window_end_unix_ns: unix_ns(s.window.map(|w| w.1)),
+        containers: s
+            .containers
+            .iter()
+            .map(|c| pb::Container {
+                runtime: c.container.runtime.clone(),
+                id: c.container.id.clone(),
+                cgroup: c.container.cgroup.clone(),
+                name: c.container.name.clone(),
+                pod_uid: c.container.pod_uid.clone(),
+                pod: c.container.pod.clone(),
+                namespace: c.container.namespace.clone(),
+                samples: c.samples,
+            })
+            .collect(),
+        scope: s.scope.clone(),
     }
 }
 
@@ -269,6 +289,18 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             last_upload_error: f.last_upload_error,
             last_upload_unix_ns: f.last_upload_unix_ns,
             bucket: f.bucket,
+        }),
+        cgroups: Some(pb::CgroupStatus {
+            recorded: r.cgroups.hierarchy.is_some(),
+            hierarchy: r
+                .cgroups
+                .hierarchy
+                .as_ref()
+                .map(|h| h.display().to_string())
+                .unwrap_or_default(),
+            known: r.cgroups.known,
+            dropped: r.cgroups.dropped,
+            reason: r.cgroups.reason.clone().unwrap_or_default(),
         }),
         history: s.history.map(|h| pb::HistoryStatus {
             dir: h.status.dir.display().to_string(),

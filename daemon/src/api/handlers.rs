@@ -21,7 +21,7 @@ use super::convert::{
 };
 use crate::control::snapshots::RotateLimits;
 use crate::control::{self, Control};
-use crate::dump::{DumpError, DumpRequest, TriggerKind, WindowRequest};
+use crate::dump::{DumpError, DumpRequest, Scope, TriggerKind, WindowRequest};
 use crate::store::validate_label;
 use crate::time::WallTime;
 
@@ -90,11 +90,13 @@ pub fn dump_request(req: pb::DumpRequest, now: WallTime) -> Result<DumpRequest, 
         field: e.field,
         message: e.message,
     })?;
+    let scope = Scope::new(req.cgroup, req.container)?;
     Ok(DumpRequest {
         label,
         // `compress: false` asks for nothing: [snapshot] compression applies.
         compress: req.compress.then_some(true),
         window,
+        scope,
     })
 }
 

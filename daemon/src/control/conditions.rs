@@ -1,17 +1,23 @@
 //! The `[[trigger]]` conditions as the daemon runs them: arming them from
-//! the config (errors point at the trigger's line and column), what a
-//! firing does (count it, tell Watch, queue the dump), and the counters
+//! the config (errors point at the trigger's line and column, or at the
+//! key at fault), what a firing does (count it, tell Watch, queue the dump
+//! of the part of the machine its `scope` asks for), and the counters
 //! Status and `snapctl triggers` show.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use flightrec_config::{Config, ConfigError, LoadedConfig, TriggerConfig, TriggerOn};
+use flightrec_config::{
+    Config, ConfigError, LoadedConfig, Spanned, TriggerConfig, TriggerOn, TriggerScope,
+};
+use flightrec_proto::container;
 
 use super::Control;
-use crate::dump::{Trigger, TriggerKind};
+use crate::dump::{Scope, Trigger, TriggerKind};
 use crate::events::{Event, TriggerFired};
 use crate::perf::cpus::online_cpus;
+use crate::runtimes::RuntimeNames;
 use crate::time::WallTime;
 use crate::triggers::conditions::{Conditions as Running, Fired, Opened};
 use crate::triggers::gate::Verdict;
@@ -40,9 +46,17 @@ pub struct TriggerStatus {
 pub struct Conditions {
     running: Mutex<Option<Running>>,
     counters: Mutex<BTreeMap<String, TriggerCounters>>,
+    /// What the runtimes call containers, to name the one a firing
+    /// matched (set once at start, when containers are named).
+    names: OnceLock<Arc<RuntimeNames>>,
 }
 
 impl Conditions {
+    /// Names the containers firings match from `names` from now on.
+    pub fn set_names(&self, names: Arc<RuntimeNames>) {
+        let _ = self.names.set(names);
+    }
+
     /// Stops the condition thread (shutdown).
     pub fn stop(&self) {
         let old = self
@@ -98,9 +112,13 @@ pub fn condition_of(t: &TriggerConfig) -> String {
             None => get(&t.event),
         },
         TriggerOn::Psi => match &t.cgroup {
-            Some(c) => format!("{} in {}", get(&t.psi), c.get_ref().display()),
+            Some(c) => format!("{} in {}", get(&t.psi), c.get_ref()),
             None => get(&t.psi),
         },
+        TriggerOn::CgroupMemory => {
+            let counters: Vec<&str> = t.memory_counters().iter().map(|c| c.as_str()).collect();
+            format!("{} in {}", counters.join(", "), get(&t.cgroup))
+        }
         TriggerOn::Loss => format!(
             "{} lost within {}",
             t.count(),
@@ -116,11 +134,41 @@ pub fn condition_of(t: &TriggerConfig) -> String {
     }
 }
 
+/// Where the value of `key` of trigger `t` is (the whole table for a key
+/// it does not have).
+fn span_of_key(t: &Spanned<TriggerConfig>, key: Option<&str>) -> Range<usize> {
+    let c = t.get_ref();
+    let span = match key {
+        Some("cgroup") => c.cgroup.as_ref().map(Spanned::span),
+        Some("events") => c.events.as_ref().map(Spanned::span),
+        Some("scope") => c.scope.as_ref().map(Spanned::span),
+        _ => None,
+    };
+    span.unwrap_or_else(|| t.span())
+}
+
 /// Arms the triggers of `loaded` on the online CPUs. A trigger the kernel
-/// refuses (unknown tracepoint, bad filter, no PSI) is a config error at its
-/// `[[trigger]]`.
+/// refuses (unknown tracepoint, bad filter, no PSI, a cgroup glob naming
+/// too many cgroups) is a config error at its `[[trigger]]`, or at the
+/// key at fault; so is a `scope` of part of the machine where cgroup ids
+/// are not recorded.
 pub fn open_conditions(loaded: &LoadedConfig) -> Result<Opened, ConfigError> {
-    let triggers = &loaded.config.triggers;
+    let config = &loaded.config;
+    let triggers = &config.triggers;
+    if !config.containers.cgroups
+        && let Some(t) = triggers
+            .iter()
+            .find(|t| t.get_ref().scope.is_some() && t.get_ref().scope() != TriggerScope::Machine)
+    {
+        return Err(loaded.error_at(
+            span_of_key(t, Some("scope")),
+            format!(
+                "trigger {:?}: a scope of part of the machine needs the cgroup of every \
+                 sample: set [containers] cgroups = true, or scope = \"machine\"",
+                t.get_ref().name.get_ref()
+            ),
+        ));
+    }
     let cpus = if triggers
         .iter()
         .any(|t| *t.get_ref().on.get_ref() == TriggerOn::Tracepoint)
@@ -129,13 +177,52 @@ pub fn open_conditions(loaded: &LoadedConfig) -> Result<Opened, ConfigError> {
     } else {
         Vec::new()
     };
-    Running::open(triggers, &cpus).map_err(|e| {
+    Running::open(triggers, &cpus, config.containers.cgroups).map_err(|e| {
         let span = e
             .trigger_index()
             .and_then(|i| triggers.get(i))
-            .map_or(0..0, |t| t.span());
+            .map_or(0..0, |t| span_of_key(t, e.key()));
         loaded.error_at(span, e.to_string())
     })
+}
+
+/// What a firing's snapshot holds: the trigger's scope, with "matched"
+/// made the container (else the cgroup) that fired it. The words that
+/// say what matched gain the container's name; a "matched" firing whose
+/// cgroup is not known dumps the whole machine and says so.
+fn scope_of(fired: &Fired, names: Option<&RuntimeNames>) -> (Scope, String) {
+    let mut matched = fired.matched.clone();
+    let container = fired.cgroup.as_deref().and_then(container::of_cgroup);
+    if let Some(c) = &container {
+        let name = names
+            .and_then(|n| n.get(&c.id))
+            .map(|n| n.name)
+            .unwrap_or_default();
+        let shown = container::Container { name, ..c.clone() }.display_name();
+        matched.push_str(&format!(" (container {shown}, {})", c.runtime));
+    }
+    let scope = match &fired.scope {
+        TriggerScope::Machine => Ok(Scope::default()),
+        TriggerScope::Cgroup(p) => Scope::new(vec![p.clone()], Vec::new()),
+        TriggerScope::Container(c) => Scope::new(Vec::new(), vec![c.clone()]),
+        TriggerScope::Matched => {
+            match container.map(|c| c.cgroup).or_else(|| fired.cgroup.clone()) {
+                Some(cgroup) => Scope::new(vec![cgroup], Vec::new()),
+                None => {
+                    matched.push_str(
+                        "; the cgroup that fired it is not known: the snapshot holds the whole \
+                         machine",
+                    );
+                    Ok(Scope::default())
+                }
+            }
+        }
+    };
+    let scope = scope.unwrap_or_else(|e| {
+        matched.push_str(&format!("; {e}: the snapshot holds the whole machine"));
+        Scope::default()
+    });
+    (scope, matched)
 }
 
 impl Control {
@@ -178,7 +265,9 @@ impl Control {
     /// A condition fired: count it, tell Watch, and queue its dump unless
     /// its rate limit suppressed it. Runs on the condition thread and never
     /// blocks it.
-    fn on_fired(&self, fired: Fired) {
+    fn on_fired(&self, mut fired: Fired) {
+        let (scope, matched) = scope_of(&fired, self.conditions.names.get().map(Arc::as_ref));
+        fired.matched = matched;
         let suppressed_by = match fired.verdict {
             Verdict::Suppressed(why) => Some(why.as_str()),
             _ => None,
@@ -196,12 +285,18 @@ impl Control {
         }
         match suppressed_by {
             None => {
-                tracing::info!(trigger = %fired.name, matched = %fired.matched, "trigger fired");
+                tracing::info!(
+                    trigger = %fired.name,
+                    matched = %fired.matched,
+                    scope = %scope_text(&scope),
+                    "trigger fired"
+                );
                 let mut t = Trigger::now(TriggerKind::Condition(fired.name.clone()), None);
                 t.label = Some(fired.label.clone());
                 t.compress = fired.compress;
                 t.delay = fired.delay;
                 t.matched = Some(fired.matched.clone());
+                t.scope = scope;
                 // The window starts `before` the firing; the end stays
                 // open: post_trigger_delay plays `after`.
                 t.window.start = fired.before.map(|b| now.saturating_sub(b));
@@ -221,5 +316,64 @@ impl Control {
             suppressed_by: suppressed_by.unwrap_or_default(),
             times: fired.times,
         }));
+    }
+}
+
+/// A scope as the log says it.
+fn scope_text(scope: &Scope) -> String {
+    if scope.is_machine() {
+        "machine".into()
+    } else {
+        scope.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::triggers::gate::Verdict;
+
+    fn fired(scope: TriggerScope, cgroup: Option<&str>) -> Fired {
+        Fired {
+            name: "t".into(),
+            matched: "oom:mark_victim on CPU 0 by pid 7: victim pid 7 (hog)".into(),
+            verdict: Verdict::Dump,
+            times: 1,
+            label: "t".into(),
+            compress: None,
+            delay: None,
+            before: None,
+            scope,
+            cgroup: cgroup.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn matched_is_the_container_of_the_cgroup_that_fired() {
+        let id = "a2ad75582abe099d70d3a2c0b3ee3d0dec4cc438041da7f642efcd8c13c09d2c";
+        let inside = format!("/libpod_parent/libpod-{id}/sub");
+        let (scope, matched) = scope_of(&fired(TriggerScope::Matched, Some(&inside)), None);
+        assert_eq!(scope.cgroups, [format!("/libpod_parent/libpod-{id}")]);
+        assert!(
+            matched.ends_with("(container podman:a2ad75582abe, podman)"),
+            "{matched}"
+        );
+        let (scope, matched) = scope_of(&fired(TriggerScope::Matched, Some("/froom")), None);
+        assert_eq!(scope.describe(), "cgroup:/froom");
+        assert!(!matched.contains("container"), "{matched}");
+    }
+
+    #[test]
+    fn a_fixed_scope_stays_and_an_unknown_cgroup_dumps_the_machine_saying_so() {
+        let (scope, _) = scope_of(
+            &fired(TriggerScope::Container("web".into()), Some("/froom")),
+            None,
+        );
+        assert_eq!(scope.describe(), "container:web");
+        let (scope, _) = scope_of(&fired(TriggerScope::Machine, Some("/froom")), None);
+        assert!(scope.is_machine());
+        let (scope, matched) = scope_of(&fired(TriggerScope::Matched, None), None);
+        assert!(scope.is_machine());
+        assert!(matched.contains("not known: the snapshot holds the whole machine"));
     }
 }

@@ -34,6 +34,7 @@ use flightrec_config::Compression;
 use crate::dump::{self, DumpThreads, Dumps, Hooks, Setup, TriggerKind};
 use crate::events::EventBus;
 use crate::history::History;
+use crate::runtimes::RuntimeNames;
 pub use config::ConfigSource;
 pub use lifecycle::{Lifecycle, stopped};
 pub use live::{Current, Live};
@@ -56,7 +57,11 @@ pub struct Control {
 }
 
 /// What the dump pipeline needs of the daemon as it is now.
-fn setup_of(live: &Live, history: &OnceLock<Arc<History>>) -> Setup {
+fn setup_of(
+    live: &Live,
+    history: &OnceLock<Arc<History>>,
+    names: Option<&Arc<RuntimeNames>>,
+) -> Setup {
     let cur = live.current();
     let snap = &cur.config.config.snapshot;
     Setup {
@@ -67,6 +72,45 @@ fn setup_of(live: &Live, history: &OnceLock<Arc<History>>) -> Setup {
         level: *snap.level.get_ref(),
         retention: config::retention_of(&cur.config.config),
         writer_nice: *snap.writer_nice.get_ref(),
+        names: names.cloned(),
+    }
+}
+
+/// Asks the runtimes' sockets for the names of the containers the
+/// recorder sees, with `[containers]` cgroups on and sockets given.
+fn start_names(live: &Arc<Live>) -> Option<Arc<RuntimeNames>> {
+    let cur = live.current();
+    let containers = &cur.config.config.containers;
+    if !containers.cgroups || containers.runtime_sockets.is_empty() {
+        return None;
+    }
+    let sockets = containers
+        .runtime_sockets
+        .iter()
+        .map(|s| s.get_ref().clone())
+        .collect();
+    let weak = Arc::downgrade(live);
+    let seen = Box::new(move || {
+        let Some(live) = weak.upgrade() else {
+            return Vec::new();
+        };
+        let cgroups = live.current().recorder.cgroups();
+        let mut ids: Vec<String> = cgroups
+            .iter()
+            .filter_map(|(_, p)| flightrec_proto::container::of_cgroup(p))
+            .filter(|c| c.runtime != "systemd")
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    });
+    match RuntimeNames::start(sockets, seen) {
+        Ok(names) => Some(Arc::new(names)),
+        Err(e) => {
+            tracing::warn!("containers are not named: the naming thread did not start: {e}");
+            None
+        }
     }
 }
 
@@ -86,10 +130,18 @@ impl Control {
         let conditions: Arc<conditions::Conditions> = Arc::default();
         let fleet: Arc<fleet_status::FleetStatus> = Arc::default();
         let events = EventBus::default();
+        let names = start_names(&live);
+        if let Some(names) = &names {
+            conditions.set_names(Arc::clone(names));
+        }
         let hooks = Hooks {
             setup: {
                 let (live, history) = (Arc::downgrade(&live), Arc::clone(&history));
-                Box::new(move || live.upgrade().map(|l| setup_of(&l, &history)))
+                let names = names.clone();
+                Box::new(move || {
+                    live.upgrade()
+                        .map(|l| setup_of(&l, &history, names.as_ref()))
+                })
             },
             written: {
                 let (conditions, fleet) = (Arc::clone(&conditions), Arc::clone(&fleet));

@@ -276,6 +276,9 @@ mod tests {
             created_unix_ns,
             seq: 0,
             pending_uploads: Vec::new(),
+            window: None,
+            containers: Vec::new(),
+            scope: String::new(),
         }
     }
 

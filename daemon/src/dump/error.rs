@@ -32,6 +32,15 @@ pub enum DumpError {
     },
     #[error("the sample clock cannot be read, so no window can be cut")]
     Clock,
+    /// A scope's cgroup or container is none the recorder knows.
+    #[error("the scope {what} matches no cgroup the recorder knows")]
+    ScopeMatchesNothing { what: String },
+    /// A scoped dump without cgroup ids to scope by.
+    #[error(
+        "a dump of part of the machine needs cgroup ids, which this daemon does not record \
+         ([containers] cgroups is off, or the host has no cgroup2 or perf_event hierarchy)"
+    )]
+    ScopeNotRecorded,
     #[error("capture failed: {0}")]
     Capture(Arc<CaptureError>),
     /// No room for the snapshot: older ones are kept.
@@ -54,7 +63,10 @@ impl DumpError {
     pub fn is_callers(&self) -> bool {
         matches!(
             self,
-            DumpError::InvalidArgument { .. } | DumpError::OutsideWindow { .. }
+            DumpError::InvalidArgument { .. }
+                | DumpError::OutsideWindow { .. }
+                | DumpError::ScopeMatchesNothing { .. }
+                | DumpError::ScopeNotRecorded
         )
     }
 

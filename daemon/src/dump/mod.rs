@@ -15,6 +15,8 @@
 //! - `write`: a capture, or a window cut from the history, into the
 //!   store: name and sidecar, the file, retention, Watch;
 //! - [`spec`]: what a group of triggers asks of its file;
+//! - [`scope`]: a dump of one service or container, and the containers a
+//!   snapshot holds;
 //! - [`outcome`] and [`error`]: what the caller gets back.
 
 pub mod error;
@@ -23,6 +25,7 @@ pub mod outcome;
 pub mod queue;
 pub mod request;
 mod retention;
+pub mod scope;
 pub mod spec;
 mod thread;
 pub mod window;
@@ -32,6 +35,7 @@ use std::sync::Arc;
 
 use crate::history::History;
 use crate::recorder::Recorder;
+use crate::runtimes::RuntimeNames;
 use crate::store::{RetentionPolicy, Store};
 
 pub use error::DumpError;
@@ -39,6 +43,7 @@ pub use outcome::{CpuWritten, DumpDone, DumpOutput, DumpTimings};
 pub use queue::Timing;
 pub use request::{Answer, DumpRequest, Served, Trigger, TriggerKind, Waiter};
 pub use retention::apply_retention;
+pub use scope::Scope;
 pub use thread::{DumpThreads, Dumps, start};
 pub use window::{HeldWindow, WallWindow, WindowRequest};
 
@@ -62,6 +67,8 @@ pub struct Setup {
     pub retention: RetentionPolicy,
     /// `[snapshot] writer_nice`: the dump thread's nice while it writes.
     pub writer_nice: i32,
+    /// Containers' names from their runtimes.
+    pub names: Option<Arc<RuntimeNames>>,
 }
 
 /// Told of every snapshot written, with the kinds of trigger it served.

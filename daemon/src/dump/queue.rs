@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use super::request::{Trigger, TriggerKind, Waiting};
+use super::scope::Scope;
 use super::window::WallWindow;
 use crate::time::WallTime;
 
@@ -37,6 +38,7 @@ pub struct Member<W> {
     pub compress: Option<bool>,
     pub window: WallWindow,
     pub matched: Option<String>,
+    pub scope: Scope,
     pub waiter: Option<W>,
 }
 
@@ -53,17 +55,20 @@ pub struct Batch<W> {
     window_due: Option<Instant>,
     /// The window holding every trigger's.
     pub window: WallWindow,
+    /// What part of the machine its triggers ask for (one scope a batch).
+    pub scope: Scope,
     pub members: Vec<Member<W>>,
 }
 
 impl<W> Batch<W> {
-    fn new(first_at: Instant, window: WallWindow) -> Self {
+    fn new(first_at: Instant, window: WallWindow, scope: Scope) -> Self {
         Self {
             first_at,
             default_delay_from: None,
             own_due: None,
             window_due: None,
             window,
+            scope,
             members: Vec::new(),
         }
     }
@@ -89,6 +94,7 @@ impl<W> Batch<W> {
             compress: t.compress,
             window: t.window,
             matched: t.matched,
+            scope: t.scope,
             waiter: t.waiter,
         });
     }
@@ -152,13 +158,16 @@ impl<W: Waiting> Scheduler<W> {
     /// Queues `t`, arriving when the wall clock says `now`.
     pub fn trigger(&mut self, t: Trigger<W>, now: WallTime) {
         for batch in &mut self.pending {
+            if batch.scope != t.scope {
+                continue;
+            }
             if let Some(union) = batch.window.union(t.window, now) {
                 batch.window = union;
                 batch.add(t);
                 return;
             }
         }
-        let mut batch = Batch::new(t.at, t.window);
+        let mut batch = Batch::new(t.at, t.window, t.scope.clone());
         batch.add(t);
         self.pending.push(batch);
     }

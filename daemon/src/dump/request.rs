@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::error::DumpError;
 use super::outcome::DumpDone;
+use super::scope::Scope;
 use super::window::{ResolvedWindow, WallWindow};
 
 /// What asked for a dump.
@@ -43,6 +44,8 @@ pub struct DumpRequest {
     /// None: `[snapshot] compression` decides.
     pub compress: Option<bool>,
     pub window: ResolvedWindow,
+    /// Part of the machine only (default: all of it).
+    pub scope: Scope,
 }
 
 /// What a waiting caller gets: the snapshot, and whether other triggers
@@ -89,6 +92,8 @@ pub struct Trigger<W> {
     /// What a condition matched (the event and task, the stall, the
     /// losses), for the snapshot's sidecar and report.
     pub matched: Option<String>,
+    /// Part of the machine only (default: all of it).
+    pub scope: Scope,
     pub waiter: Option<W>,
 }
 
@@ -104,6 +109,7 @@ impl<W> Trigger<W> {
             at: Instant::now(),
             window: WallWindow::default(),
             matched: None,
+            scope: Scope::default(),
             waiter,
         }
     }
@@ -115,6 +121,7 @@ impl<W> Trigger<W> {
             compress: request.compress,
             delay: request.window.delay,
             window: request.window.window,
+            scope: request.scope,
             ..Self::now(kind, waiter)
         }
     }

@@ -3,6 +3,7 @@
 
 use super::queue::Member;
 use super::request::TriggerKind;
+use super::scope::Scope;
 use super::window::WallWindow;
 
 /// The dump a group of triggers asks for: the first label given wins;
@@ -23,6 +24,8 @@ pub struct Spec {
     pub triggers: usize,
     /// The window holding every trigger's.
     pub window: WallWindow,
+    /// The part of the machine they ask for (one scope a batch).
+    pub scope: Scope,
 }
 
 impl Spec {
@@ -58,6 +61,7 @@ impl Spec {
             compress,
             triggers: members.len(),
             window: WallWindow::cover(members.iter().map(|m| &m.window)),
+            scope: members.first().map(|m| m.scope.clone()).unwrap_or_default(),
         }
     }
 }
@@ -73,6 +77,7 @@ mod tests {
             compress,
             window: WallWindow::default(),
             matched: None,
+            scope: Scope::default(),
             waiter: None,
         }
     }

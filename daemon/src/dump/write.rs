@@ -12,13 +12,15 @@ use super::outcome::{CpuWritten, DumpDone, DumpOutput, DumpTimings};
 use super::queue::Member;
 use super::request::{Served, Waiter};
 use super::retention::apply_retention;
+use super::scope;
 use super::spec::Spec;
 use super::window::{HeldWindow, WallWindow, held};
 use super::{Hooks, Setup};
 use crate::events::{Event, EventBus};
-use crate::history::cut::{gap, held as history_held, joined_events, write_cut};
+use crate::history::cut::{collect_pids, gap, held as history_held, joined_events, write_cut};
 use crate::host::ClockReference;
 use crate::recorder::Capture;
+use crate::snapshot::output::SnapshotError;
 use crate::snapshot::output::{self, Target};
 use crate::snapshot::perfdata::WriteOptions;
 use crate::time::WallTime;
@@ -168,13 +170,31 @@ impl Pipeline {
                  the snapshot holds what is left"
             );
         }
+        let events = joined_events(&ring.events, &segments);
+        let scope = match spec.scope.is_machine() {
+            true => None,
+            false => {
+                let ids = scope::resolve(&spec.scope, &ring.cgroups, setup.names.as_deref())?;
+                let mut filter = scope::filter(ids, &events, &setup.recorder.host());
+                collect_pids(&segments, range, &events, &mut filter).map_err(|e| {
+                    DumpError::Write(Arc::new(SnapshotError::Input {
+                        path: setup.store.dir().to_path_buf(),
+                        source: e,
+                    }))
+                })?;
+                filter.collect_pids_of_ring(ring);
+                Some(filter)
+            }
+        };
         let reservation = setup
             .store
-            .reserve(
+            .reserve_scoped(
                 spec.label.as_deref(),
                 &spec.trigger,
                 &spec.matched,
                 job.frozen_at.to_system_time(),
+                Some((held.start, held.end)),
+                &spec.scope.describe(),
             )
             .map_err(|e| DumpError::of_store(e, setup.store.dir()))?;
         let file_name = reservation.file_name();
@@ -188,10 +208,13 @@ impl Pipeline {
         let written = output::write_encoded(
             &target,
             &setup.recorder.host(),
-            joined_events(&ring.events, &segments),
+            events,
             self.compression(setup, spec),
             &ring.loaded_modules,
             |encoder| {
+                if let Some(filter) = scope {
+                    encoder.set_scope(filter);
+                }
                 figures = Some(write_cut(ring, &segments, range, encoder)?);
                 Ok(())
             },
@@ -212,10 +235,8 @@ impl Pipeline {
                  opened as the daemon's own, were left out of the window"
             );
         }
-        let snapshot = setup
-            .store
-            .get(&reservation.id())
-            .map_err(|e| DumpError::Store(Arc::new(e)))?;
+        let snapshot =
+            self.with_containers(setup, &reservation.id(), &written.cgroups, &ring.cgroups)?;
         let output = DumpOutput {
             bytes: written.bytes,
             cpus: figures
@@ -231,6 +252,30 @@ impl Pipeline {
             window: held,
         };
         Ok(self.timed(job, output, snapshot))
+    }
+
+    /// The snapshot `id` as `List` shows it, its sidecar told which
+    /// containers it holds samples of (`sampled` per cgroup id).
+    fn with_containers(
+        &self,
+        setup: &Setup,
+        id: &str,
+        sampled: &std::collections::BTreeMap<u64, u64>,
+        cgroups: &[(u64, Arc<str>)],
+    ) -> Result<crate::store::SnapshotInfo, DumpError> {
+        let containers = scope::containers_of(sampled, cgroups, setup.names.as_deref());
+        if !containers.is_empty()
+            && let Err(e) = setup.store.set_containers(id, containers)
+        {
+            tracing::warn!(
+                id,
+                "the snapshot's containers were not written to its sidecar: {e}"
+            );
+        }
+        setup
+            .store
+            .get(id)
+            .map_err(|e| DumpError::Store(Arc::new(e)))
     }
 
     fn compression(&self, setup: &Setup, spec: &Spec) -> Option<i32> {
@@ -272,20 +317,32 @@ impl Pipeline {
         spec: &Spec,
         cut: Result<(Capture, HeldWindow), DumpError>,
     ) {
-        let done = cut.and_then(|(capture, held)| {
+        let done = cut.and_then(|(mut capture, held)| {
             let started = Instant::now();
+            let scope = match spec.scope.is_machine() {
+                true => None,
+                false => {
+                    let ids =
+                        scope::resolve(&spec.scope, &capture.cgroups, setup.names.as_deref())?;
+                    let filter = scope::filter(ids, &capture.events, &setup.recorder.host());
+                    Some(scope::with_pids_of(filter, &capture))
+                }
+            };
             let reservation = setup
                 .store
-                .reserve(
+                .reserve_scoped(
                     spec.label.as_deref(),
                     &spec.trigger,
                     &spec.matched,
                     job.frozen_at.to_system_time(),
+                    Some((held.start, held.end)),
+                    &spec.scope.describe(),
                 )
                 .map_err(|e| DumpError::of_store(e, setup.store.dir()))?;
             let opts = WriteOptions {
                 compression: self.compression(setup, spec),
                 host: Some(setup.recorder.host()),
+                scope,
             };
             let written = output::write_snapshot_in_group(
                 &capture,
@@ -307,13 +364,12 @@ impl Pipeline {
                 write: started.elapsed(),
                 window: held,
             };
+            let cgroups = std::mem::take(&mut capture.cgroups);
             // The records are freed before the heap is trimmed: the reply
             // needs only their figures.
             drop(capture);
-            let snapshot = setup
-                .store
-                .get(&reservation.id())
-                .map_err(|e| DumpError::Store(Arc::new(e)))?;
+            let snapshot =
+                self.with_containers(setup, &reservation.id(), &written.cgroups, &cgroups)?;
             Ok(self.timed(&job, output, snapshot))
         });
         match done {

@@ -214,10 +214,15 @@ impl Served {
             Ok(w) => w,
             Err(e) => return FleetReply::error(&self.host, e),
         };
+        let scope = match r.scope() {
+            Ok(s) => s,
+            Err(e) => return FleetReply::error(&self.host, e),
+        };
         let request = DumpRequest {
             label: r.label,
             compress: r.compress,
             window,
+            scope,
         };
         match self.state.dumps.dump(TriggerKind::Fleet, request).await {
             Ok(served) => {

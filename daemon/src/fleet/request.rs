@@ -7,7 +7,7 @@ use flightrec_config::quoted;
 use serde::{Deserialize, Serialize};
 
 use crate::dump::HeldWindow;
-use crate::dump::WindowRequest;
+use crate::dump::{Scope, WindowRequest};
 use crate::store::SnapshotInfo;
 
 /// Largest request accepted: a label and a few selector pairs fit in far
@@ -37,6 +37,34 @@ pub struct FleetRequest {
     pub before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// Part of the machine only: cgroup paths and containers (ids or
+    /// names), each a string or a list of them; the same pod on every node.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "one_or_many"
+    )]
+    pub cgroup: Vec<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "one_or_many"
+    )]
+    pub container: Vec<String>,
+}
+
+/// A string, or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl FleetRequest {
@@ -62,7 +90,13 @@ impl FleetRequest {
             return Err("label \"\" is empty: leave it out for no label".into());
         }
         request.window()?;
+        request.scope()?;
         Ok(request)
+    }
+
+    /// The part of the machine asked for; the error names the key.
+    pub fn scope(&self) -> Result<Scope, String> {
+        Scope::new(self.cgroup.clone(), self.container.clone()).map_err(|e| e.to_string())
     }
 
     /// The window asked for; the error names the key.
@@ -310,6 +344,9 @@ mod tests {
             created_unix_ns: 17,
             seq: 1,
             pending_uploads: Vec::new(),
+            window: None,
+            containers: Vec::new(),
+            scope: String::new(),
         };
         let v: serde_json::Value = serde_json::from_slice(
             &FleetReply::snapshot(

@@ -47,6 +47,25 @@ pub fn held(segments: &[SegmentInfo]) -> Option<(SampleTime, SampleTime)> {
     Some((first, last))
 }
 
+/// Adds to `filter` the processes seen in its cgroups among the samples
+/// `segments` hold of `range` (a scoped cut reads the window twice: the
+/// processes first, then what it keeps of them).
+pub fn collect_pids(
+    segments: &[SegmentInfo],
+    range: TimeRange,
+    events: &[EventDescriptor],
+    filter: &mut crate::snapshot::scope::ScopeFilter,
+) -> std::io::Result<()> {
+    let layouts = layouts_of(events);
+    read_window(segments, range, |frame: Frame<'_>| {
+        if frame.kind == FrameKind::Samples {
+            filter.collect_pids(frame.records, &layouts);
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .map(drop)
+}
+
 /// Time of `range` that neither `segments` nor rings holding from
 /// `ring_from` hold: from the history's newest record to the rings'
 /// oldest, when the history stopped before it.
@@ -109,13 +128,14 @@ pub fn write_cut<S: Sink>(
         ..CutFigures::default()
     };
     // The checkpoint and the tracking records after it name every
-    // process: none is synthesized at the window's start.
+    // process: none is synthesized at the window's start. Every cgroup the
+    // daemon knows now is (the checkpoint's may be older).
     encoder
         .window_start(
             figures.window_start,
             ring.kernel_text,
             &ring.loaded_modules,
-            &[],
+            (&ring.cgroups, &[]),
         )
         .map_err(Fill::Encode)?;
     let event_id_of = |cpu: u32| {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::retention::SegmentInfo;
 use super::segment::{
-    FILE_MAGIC, FrameHeader, FrameKind, HEADER_LEN, SegmentEvents, WRITTEN_RAW_BYTES, decode_frame,
+    FILE_MAGIC, FrameDecoder, FrameHeader, FrameKind, HEADER_LEN, SegmentEvents, WRITTEN_RAW_BYTES,
 };
 use crate::ring::filter::TimeRange;
 use crate::time::SampleTime;
@@ -64,14 +64,15 @@ fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> 
     let (mut first, mut last) = (None::<SampleTime>, None::<SampleTime>);
     let mut checkpoint = None;
     let mut events = None;
-    let mut stored = Vec::new();
+    let (mut stored, mut records) = (Vec::new(), Vec::new());
+    let mut decoder = FrameDecoder::new()?;
     while let Some((header, _)) = frames.next_header()? {
         match header.kind {
             FrameKind::Events => {
                 let parsed = frames
-                    .read_records(&header, &mut stored)
+                    .read_records(&header, &mut decoder, (&mut stored, &mut records))
                     .ok()
-                    .and_then(|b| SegmentEvents::parse(&b));
+                    .and_then(|()| SegmentEvents::parse(&records));
                 match parsed {
                     Some(e) if e.boot_id == boot_id => events = Some(Arc::new(e)),
                     _ => return Ok(None),
@@ -167,10 +168,15 @@ impl<'f> Frames<'f> {
         Ok(Some((header, stored_at)))
     }
 
-    /// The records of the frame whose header was read last, into
-    /// `stored` (reused) and decoded; a frame larger than the writer makes
-    /// is refused unread.
-    fn read_records(&self, header: &FrameHeader, stored: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+    /// The records of the frame whose header was read last, read into
+    /// `buffers.0` and decoded into `buffers.1` (both reused); a frame
+    /// larger than the writer makes is refused unread.
+    fn read_records(
+        &self,
+        header: &FrameHeader,
+        decoder: &mut FrameDecoder,
+        (stored, records): (&mut Vec<u8>, &mut Vec<u8>),
+    ) -> io::Result<()> {
         if header.raw_len as usize > WRITTEN_RAW_BYTES
             || header.stored_len as usize > zstd::zstd_safe::compress_bound(WRITTEN_RAW_BYTES)
         {
@@ -185,7 +191,7 @@ impl<'f> Frames<'f> {
         stored.resize(header.stored_len as usize, 0);
         self.file
             .read_exact_at(stored, self.at - u64::from(header.stored_len))?;
-        decode_frame(header, stored)
+        decoder.decode(header, stored, records)
     }
 }
 
@@ -212,7 +218,7 @@ pub struct Frame<'a> {
 /// process from the newest segment starting at or before the window's
 /// start, every tracking frame after it up to the window's end, and the
 /// sample frames that overlap it. `each` filters the records itself.
-pub fn read_window<E>(
+pub fn read_window<E: From<io::Error>>(
     segments: &[SegmentInfo],
     range: TimeRange,
     mut each: impl FnMut(Frame<'_>) -> Result<(), E>,
@@ -232,7 +238,8 @@ pub fn read_window<E>(
     // Records reach the disk up to a second after their time: the
     // segment after the last one may still hold some of the window.
     let last = (last + 1).min(segments.len() - 1);
-    let mut stored = Vec::new();
+    let (mut stored, mut records) = (Vec::new(), Vec::new());
+    let mut decoder = FrameDecoder::new()?;
     for (i, segment) in segments.iter().enumerate().take(last + 1).skip(from) {
         let skip = |e: io::Error| {
             if e.kind() != io::ErrorKind::NotFound {
@@ -273,8 +280,8 @@ pub fn read_window<E>(
             if !wanted {
                 continue;
             }
-            match frames.read_records(&header, &mut stored) {
-                Ok(records) => each(Frame {
+            match frames.read_records(&header, &mut decoder, (&mut stored, &mut records)) {
+                Ok(()) => each(Frame {
                     kind: header.kind,
                     cpu: header.cpu,
                     records: &records,

@@ -181,7 +181,40 @@ impl FrameEncoder {
 
 /// The records of a frame, decompressed and checked against its checksum.
 pub fn decode_frame(header: &FrameHeader, stored: &[u8]) -> io::Result<Vec<u8>> {
-    let records = zstd::bulk::decompress(stored, header.raw_len as usize)?;
+    let mut records = Vec::new();
+    FrameDecoder::new()?.decode(header, stored, &mut records)?;
+    Ok(records)
+}
+
+/// Decodes frames with one zstd context, into a buffer the caller keeps
+/// from frame to frame (fresh buffers of a MiB are fresh pages each time).
+pub struct FrameDecoder {
+    decompressor: zstd::bulk::Decompressor<'static>,
+}
+
+impl FrameDecoder {
+    pub fn new() -> io::Result<Self> {
+        Ok(FrameDecoder {
+            decompressor: zstd::bulk::Decompressor::new()?,
+        })
+    }
+
+    /// The records of a frame into `records` (replaced), checked against
+    /// the frame's checksum and its header's length.
+    pub fn decode(
+        &mut self,
+        header: &FrameHeader,
+        stored: &[u8],
+        records: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        records.clear();
+        records.reserve(header.raw_len as usize);
+        self.decompressor.decompress_to_buffer(stored, records)?;
+        check_length(header, records)
+    }
+}
+
+fn check_length(header: &FrameHeader, records: &[u8]) -> io::Result<()> {
     if records.len() != header.raw_len as usize {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -192,7 +225,7 @@ pub fn decode_frame(header: &FrameHeader, stored: &[u8]) -> io::Result<Vec<u8>> 
             ),
         ));
     }
-    Ok(records)
+    Ok(())
 }
 
 /// The frames of a segment's bytes (after [`FILE_MAGIC`]): `(header,

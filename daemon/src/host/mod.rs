@@ -6,6 +6,7 @@
 //! daemon start (or on reload); encoding a snapshot only reads the cached
 //! value, so writing a perf.data file needs no I/O besides the output itself.
 
+pub mod cgroups;
 mod clock;
 pub mod machine;
 mod modules;
@@ -23,7 +24,7 @@ pub use modules::{
     KernelModule, PROC_MODULES, bare_modules, describe_modules, parse_build_id_note,
     parse_modules_dep, parse_proc_modules,
 };
-pub use tracing::{TracepointFormat, TracingSource, format_id};
+pub use tracing::{TracepointFormat, TracingSource, format_field, format_id};
 
 #[derive(Debug, Error)]
 pub enum HostInfoError {

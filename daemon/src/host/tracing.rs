@@ -108,9 +108,49 @@ pub fn format_id(format: &[u8]) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Where field `name` is in a tracepoint's raw data: `(offset, size)`
+/// from a `field:TYPE NAME;\toffset:N;\tsize:N;...` line of its format.
+pub fn format_field(format: &[u8], name: &str) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(format).ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let decl = parts.next()?.strip_prefix("field:")?;
+        let field = decl
+            .rsplit(|c: char| c.is_whitespace() || c == '*')
+            .next()?;
+        let field = field.split('[').next()?;
+        if field != name {
+            return None;
+        }
+        let mut offset = None;
+        let mut size = None;
+        for p in parts {
+            if let Some(v) = p.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = p.strip_prefix("size:") {
+                size = v.parse().ok();
+            }
+        }
+        Some((offset?, size?))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_are_found_by_name_with_their_offset_and_size() {
+        let format = b"name: sched_switch\nID: 316\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
+            \tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n\
+            \tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;\n\
+            \tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;\n";
+        assert_eq!(format_field(format, "prev_comm"), Some((8, 16)));
+        assert_eq!(format_field(format, "next_pid"), Some((56, 4)));
+        assert_eq!(format_field(format, "prev"), None);
+    }
 
     #[test]
     fn format_id_reads_the_id_line() {

@@ -42,6 +42,8 @@ pub struct EventSpec {
     pub context_switch: bool,
     /// Tracepoint filter (`PERF_EVENT_IOC_SET_FILTER`), e.g. `prev_pid != 0`.
     pub filter: Option<String>,
+    /// Record each sample's cgroup id (`PERF_SAMPLE_CGROUP`).
+    pub cgroup: bool,
 }
 
 /// What kind of kernel event a name denotes.
@@ -315,6 +317,9 @@ impl EventSpec {
         }
         if self.callchain {
             sample_type |= sample::IP | sample::CALLCHAIN;
+        }
+        if self.cgroup {
+            sample_type |= sample::CGROUP;
         }
         let mut flags = attr_flag::DISABLED
             | attr_flag::SAMPLE_ID_ALL

@@ -24,8 +24,8 @@ pub struct TrackingRing {
 }
 
 /// The tracking event's attr for a ring of `data_size` bytes: wake the reader
-/// when a quarter of the ring is full.
-pub fn tracking_attr(data_size: usize) -> EventAttr {
+/// when a quarter of the ring is full. `cgroups`: CGROUP records too.
+pub fn tracking_attr(data_size: usize, cgroups: bool) -> EventAttr {
     let watermark = u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1);
     EventAttr {
         type_: event_type::SOFTWARE,
@@ -42,7 +42,8 @@ pub fn tracking_attr(data_size: usize) -> EventAttr {
             | attr_flag::MMAP2
             | attr_flag::COMM_EXEC
             | attr_flag::USE_CLOCKID
-            | attr_flag::BUILD_ID,
+            | attr_flag::BUILD_ID
+            | if cgroups { attr_flag::CGROUP } else { 0 },
         wakeup: watermark,
         clockid: crate::abi::SAMPLE_CLOCKID,
         ..EventAttr::default()
@@ -52,9 +53,9 @@ pub fn tracking_attr(data_size: usize) -> EventAttr {
 impl TrackingRing {
     /// Opens the tracking event on `cpu` with a ring of `data_pages` pages,
     /// disabled until [`TrackingRing::enable`].
-    pub fn open(cpu: u32, data_pages: usize) -> Result<Self, PerfError> {
+    pub fn open(cpu: u32, data_pages: usize, cgroups: bool) -> Result<Self, PerfError> {
         let page = sys::page_size();
-        let attr = tracking_attr(data_pages.saturating_mul(page));
+        let attr = tracking_attr(data_pages.saturating_mul(page), cgroups);
         let open_err = |source: std::io::Error| PerfError::Open {
             event: TRACKING_EVENT_NAME.into(),
             cpu,

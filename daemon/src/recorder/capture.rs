@@ -90,6 +90,7 @@ impl Recorder {
         build_ids.fill_records(&mut window.records);
         let tracking_lost = tracking.lost_total();
         let loaded_modules = tracking.loaded_modules().to_vec();
+        let cgroups = tracking.cgroups().map(|c| c.all()).unwrap_or_default();
         if let Some(held_from) = held_from {
             // What the rings hold only moves forward: no later window
             // reaches back past it (a window cut shorter may be followed
@@ -120,6 +121,7 @@ impl Recorder {
             held_from,
             kernel_text: self.kernel_text,
             loaded_modules,
+            cgroups,
         })
     }
 }

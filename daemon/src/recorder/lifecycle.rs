@@ -3,6 +3,8 @@
 //! the drain thread started), what it holds and stopping it. The capture
 //! is in `capture`, the health report in `status`.
 
+use crate::host::cgroups::{CgroupHierarchy, walk as walk_cgroups};
+use crate::tracking::cgroups::CgroupTable;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -44,6 +46,11 @@ pub struct RecorderConfig {
     /// With `[history]` on: one more set of the events per CPU, in a
     /// forward ring of this many bytes that the history writer drains.
     pub history_ring_bytes_per_cpu: Option<u64>,
+    /// Record each sample's cgroup id, and name every cgroup of this
+    /// hierarchy (`[containers] cgroups`).
+    pub cgroups: Option<CgroupHierarchy>,
+    /// Why `cgroups` is None, for `status`.
+    pub cgroups_off: Option<String>,
 }
 
 impl Default for RecorderConfig {
@@ -57,6 +64,8 @@ impl Default for RecorderConfig {
             tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
             lossless_freeze: true,
             history_ring_bytes_per_cpu: None,
+            cgroups: None,
+            cgroups_off: None,
         }
     }
 }
@@ -90,6 +99,8 @@ pub enum CaptureError {
 /// See [`Recorder::history_checkpoint`].
 pub struct HistoryCheckpoint {
     pub processes: Vec<ProcessState>,
+    /// Every cgroup known (with cgroup ids recorded).
+    pub cgroups: Vec<(u64, Arc<str>)>,
     pub records: Vec<u8>,
     pub dropped: u64,
 }
@@ -105,6 +116,10 @@ pub struct Recorder {
     pub(super) host: Arc<HostInfo>,
     pub(super) event_info: Vec<EventInfo>,
     pub(super) captures: AtomicU64,
+    /// Where the cgroup ids samples carry are from (None: not recorded).
+    pub(super) cgroup_hierarchy: Option<std::path::PathBuf>,
+    /// Why cgroup ids are not recorded, when they are not.
+    pub(super) cgroup_reason: Option<String>,
 }
 
 impl Recorder {
@@ -117,7 +132,13 @@ impl Recorder {
         let resolved: Vec<ResolvedEvent> = config
             .events
             .iter()
-            .map(EventSpec::resolve)
+            .map(|spec| {
+                EventSpec {
+                    cgroup: config.cgroups.is_some(),
+                    ..spec.clone()
+                }
+                .resolve()
+            })
             .collect::<Result<_, _>>()?;
         let cpus = online_cpus()?;
         let page = page_size();
@@ -132,7 +153,7 @@ impl Recorder {
         // sample goes unseen.
         let tracking_rings: Vec<TrackingRing> = cpus
             .iter()
-            .map(|&cpu| TrackingRing::open(cpu, tracking_pages))
+            .map(|&cpu| TrackingRing::open(cpu, tracking_pages, config.cgroups.is_some()))
             .collect::<Result<_, _>>()?;
         for ring in &tracking_rings {
             ring.enable()?;
@@ -153,6 +174,7 @@ impl Recorder {
             events: resolved.clone(),
             sample_pages,
             tracking_pages,
+            cgroups: config.cgroups.is_some(),
             sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
             history_pages,
         };
@@ -177,6 +199,10 @@ impl Recorder {
         let tracking_attr = tracking_rings[0].attr();
         let tracking_id = tracking_rings[0].id();
         let mut tracking = Tracking::new(tracking_rings, log);
+        if let Some(hierarchy) = &config.cgroups {
+            // After the tracking rings: a cgroup made meanwhile is in both.
+            tracking.track_cgroups(CgroupTable::seeded(walk_cgroups(&hierarchy.mount)));
+        }
         if !history.is_empty() {
             tracking.tap_for_history();
         }
@@ -215,6 +241,8 @@ impl Recorder {
             live,
             kernel_text,
             captures: AtomicU64::new(0),
+            cgroup_hierarchy: config.cgroups.as_ref().map(|h| h.mount.clone()),
+            cgroup_reason: config.cgroups_off.clone(),
         })
     }
 
@@ -309,6 +337,7 @@ impl Recorder {
             .window(at_ns)
             .map_err(CaptureError::TrackingWalk)?;
         let build_ids = tracking.build_ids();
+        let cgroups = tracking.cgroups().map(|c| c.all()).unwrap_or_default();
         drop(tracking);
         let mut processes = window.processes;
         for p in &mut processes {
@@ -316,9 +345,18 @@ impl Recorder {
         }
         Ok(HistoryCheckpoint {
             processes,
+            cgroups,
             records,
             dropped,
         })
+    }
+
+    /// Every cgroup known (empty when cgroup ids are not recorded).
+    pub fn cgroups(&self) -> Vec<(u64, Arc<str>)> {
+        lock(&self.live.tracking)
+            .cgroups()
+            .map(|c| c.all())
+            .unwrap_or_default()
     }
 
     /// Drains the tracking rings now (captures do this themselves).

@@ -139,6 +139,9 @@ pub struct Capture {
     /// before the window get their MMAP record at its start, the others
     /// have theirs among `tracking_records`.
     pub loaded_modules: Vec<LoadedModule>,
+    /// Every cgroup known, by id (empty when cgroup ids are not recorded):
+    /// a CGROUP record each at the window's start names them in the file.
+    pub cgroups: Vec<(u64, std::sync::Arc<str>)>,
 }
 
 impl Capture {

@@ -87,6 +87,8 @@ pub(super) struct RingOpener {
     pub(super) events: Vec<ResolvedEvent>,
     pub(super) sample_pages: usize,
     pub(super) tracking_pages: usize,
+    /// The tracking rings write CGROUP records.
+    pub(super) cgroups: bool,
     /// 2 with the lossless freeze, else 1.
     pub(super) sets_per_cpu: usize,
     /// Pages of each CPU's history ring, with `[history]` on.
@@ -96,7 +98,7 @@ pub(super) struct RingOpener {
 impl RingOpener {
     /// The tracking ring of `cpu`, disabled.
     pub(super) fn tracking(&self, cpu: u32) -> Result<TrackingRing, PerfError> {
-        TrackingRing::open(cpu, self.tracking_pages)
+        TrackingRing::open(cpu, self.tracking_pages, self.cgroups)
     }
 
     /// The history ring of `cpu` (disabled), with `[history]` on.

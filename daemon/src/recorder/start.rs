@@ -78,6 +78,8 @@ pub fn event_specs(config: &Config) -> Vec<EventSpec> {
                 callchain: e.callchain,
                 context_switch: e.context_switch,
                 filter: e.filter.clone(),
+                // The recorder's own setting decides (`RecorderConfig::cgroups`).
+                cgroup: false,
             }
         })
         .collect()
@@ -106,6 +108,14 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
         // (4 MiB: about 3 s under `perf bench sched messaging -g 10`):
         // the writer drains it every fraction of a second, and has that
         // long to catch up when the machine keeps it from running.
+        cgroups: cgroup_hierarchy(config),
+        cgroups_off: if !config.containers.cgroups {
+            Some("[containers] cgroups = false".into())
+        } else if crate::host::cgroups::this_hierarchy().is_none() {
+            Some("no cgroup2 mount and no v1 perf_event mount".into())
+        } else {
+            None
+        },
         history_ring_bytes_per_cpu: config.history.enabled.then(|| {
             config
                 .buffers
@@ -118,6 +128,26 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
 }
 
 /// Resolves every event (names, tracefs, sample rate limits).
+/// Where the cgroups samples name live, with `[containers] cgroups` on;
+/// None (said once, at start) on a host without a hierarchy to name them
+/// from.
+fn cgroup_hierarchy(config: &Config) -> Option<crate::host::cgroups::CgroupHierarchy> {
+    if !config.containers.cgroups {
+        return None;
+    }
+    let found = crate::host::cgroups::this_hierarchy();
+    if found.is_none() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "containers.cgroups: no cgroup2 mount and no v1 perf_event mount: samples are \
+                 recorded without their cgroup"
+            );
+        });
+    }
+    found
+}
+
 fn resolve_all(config: &Config) -> Result<Vec<ResolvedEvent>, StartError> {
     event_specs(config)
         .iter()

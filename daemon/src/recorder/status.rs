@@ -54,6 +54,19 @@ pub struct RecorderStatus {
     pub build_ids: BuildIdStats,
     /// Set when the drain thread stopped by itself (captures still drain).
     pub tracking_drain_failure: Option<String>,
+    /// Whether samples carry their cgroup, and the cgroups known.
+    pub cgroups: CgroupStatus,
+}
+
+/// Whether samples carry their cgroup id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupStatus {
+    /// The hierarchy the ids are of, when recorded.
+    pub hierarchy: Option<std::path::PathBuf>,
+    pub known: u64,
+    pub dropped: u64,
+    /// Why they are not, when they are not.
+    pub reason: Option<String>,
 }
 
 impl Recorder {
@@ -117,6 +130,12 @@ impl Recorder {
             tracking_dropped: tracking.log().dropped(),
             captures: self.captures.load(Ordering::Relaxed),
             build_ids: tracking.build_id_stats(),
+            cgroups: CgroupStatus {
+                hierarchy: self.cgroup_hierarchy.clone(),
+                known: tracking.cgroups().map_or(0, |c| c.len() as u64),
+                dropped: tracking.cgroups().map_or(0, |c| c.dropped),
+                reason: self.cgroup_reason.clone(),
+            },
             tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
     }

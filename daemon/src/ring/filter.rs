@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use flightrec_perfdata::abi::layout::RecordLayouts;
+use flightrec_perfdata::abi::layout::{RecordLayouts, SampleLayout};
 use flightrec_perfdata::abi::{get_u64, record_type};
 
 use super::{Corruption, records};
@@ -147,33 +147,59 @@ impl<'a> RecordFilter<'a> {
         }
     }
 
-    /// Whether `record` is kept, and its time.
-    fn keeps(&self, record: &[u8]) -> (bool, Option<SampleTime>) {
+    /// Whether `record` is kept, its time and its layout.
+    fn keeps(&self, record: &[u8]) -> (bool, Option<SampleTime>, Option<SampleLayout>) {
+        let id = RecordLayouts::identifier(record);
         if let Some(ids) = self.ids
-            && RecordLayouts::identifier(record).is_some_and(|id| !ids.contains(&id))
+            && id.is_some_and(|id| !ids.contains(&id))
         {
-            return (false, None);
+            return (false, None, None);
         }
-        let time = self
-            .layouts
-            .time_and_cpu(record)
-            .0
+        let layout = id.and_then(|id| self.layouts.by_id(id));
+        let time = layout
+            .and_then(|l| l.time_and_cpu(record).0)
             .map(SampleTime::from_nanos);
-        (time.is_none_or(|t| self.range.holds(t)), time)
+        (time.is_none_or(|t| self.range.holds(t)), time, layout)
+    }
+
+    /// What `bytes` holds that this filter keeps, and the pids of the
+    /// samples kept (sorted, each once), changing nothing.
+    pub fn scan_samples(&self, bytes: &[u8]) -> (Kept, Vec<u32>) {
+        let mut pids = Vec::new();
+        let mut last = None;
+        let kept = self.walk_with_layout(bytes, |_, record, layout| {
+            if let Some(pid) = layout.and_then(|l| l.sample_pid(record))
+                && last != Some(pid)
+            {
+                pids.push(pid);
+                last = Some(pid);
+            }
+        });
+        pids.sort_unstable();
+        pids.dedup();
+        (kept, pids)
     }
 
     /// Walks `records` calling `keep(offset, record)` for each kept one.
     fn walk(&self, bytes: &[u8], mut keep: impl FnMut(usize, &[u8])) -> Kept {
+        self.walk_with_layout(bytes, |at, record, _| keep(at, record))
+    }
+
+    fn walk_with_layout(
+        &self,
+        bytes: &[u8],
+        mut keep: impl FnMut(usize, &[u8], Option<SampleLayout>),
+    ) -> Kept {
         let mut kept = Kept::default();
         let mut walk = records(bytes);
         loop {
             let at = walk.offset();
             match walk.next() {
                 Some(Ok((header, record))) => {
-                    let (keeps, time) = self.keeps(record);
+                    let (keeps, time, layout) = self.keeps(record);
                     if keeps {
                         kept.add(header.type_, record, time);
-                        keep(at, record);
+                        keep(at, record, layout);
                     }
                 }
                 Some(Err(c)) => {

@@ -4,6 +4,7 @@
 //! - [`synth`]: records made up for the window's start and the losses;
 //! - [`features`]: the feature sections (TRACING_DATA, EVENT_DESC, ...);
 //! - [`build_ids`]: the files of the BUILD_ID table;
+//! - [`scope`]: which records a snapshot of one service or container keeps;
 //! - [`compress`]: zstd packing into PERF_RECORD_COMPRESSED, in parallel;
 //! - [`perfdata`]: the encoder, [`perfdata::write_perf_data`] (pure), and
 //!   [`summary`], what a written file is;
@@ -19,6 +20,7 @@ pub mod features;
 pub mod output;
 pub mod perfdata;
 pub mod recompress;
+pub mod scope;
 pub mod summary;
 pub mod synth;
 #[cfg(any(test, feature = "testing"))]

@@ -148,6 +148,8 @@ pub struct WrittenSnapshot {
     /// File size.
     pub bytes: u64,
     pub summary: DataSummary,
+    /// Samples written per cgroup id.
+    pub cgroups: std::collections::BTreeMap<u64, u64>,
     /// Encoding (and compression) plus writing and syncing.
     pub elapsed: Duration,
 }
@@ -230,7 +232,12 @@ pub fn write_snapshot_in_group(
         capture.events.clone(),
         opts.compression,
         &capture.loaded_modules,
-        |encoder| encode_capture(encoder, capture).map_err(Fill::Encode),
+        |encoder| {
+            if let Some(scope) = &opts.scope {
+                encoder.set_scope(scope.clone());
+            }
+            encode_capture(encoder, capture).map_err(Fill::Encode)
+        },
     )
 }
 
@@ -254,6 +261,12 @@ pub enum Fill {
     Encode(PerfDataError),
     /// Its records could not be read.
     Input(io::Error),
+}
+
+impl From<io::Error> for Fill {
+    fn from(e: io::Error) -> Self {
+        Fill::Input(e)
+    }
 }
 
 /// Writes a new snapshot at `target` (see the module docs) whose data
@@ -304,6 +317,7 @@ where
             source,
         },
     })?;
+    let cgroups = encoder.sampled_cgroups().clone();
     let (out, summary) = encoder.finish(loaded).map_err(encode_err)?;
     let bytes = out.finish().map_err(|source| SnapshotError::Write {
         path: path.clone(),
@@ -314,6 +328,7 @@ where
         path,
         bytes,
         summary,
+        cgroups,
         elapsed: started.elapsed(),
     })
 }
@@ -354,6 +369,7 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
         path: path.into(),
         bytes: written,
         summary: data.summary,
+        cgroups: Default::default(),
         elapsed: started.elapsed(),
     })
 }
@@ -603,6 +619,7 @@ mod tests {
         let opts = WriteOptions {
             compression: Some(1),
             host: Some(std::sync::Arc::new(synthetic_host(SCHED_SWITCH_FORMAT))),
+            scope: None,
         };
         let capture = synthetic_capture(&SyntheticSpec::default());
         let results: Vec<_> = ["a.data", "b.data", "a.data"]

@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -35,6 +36,7 @@ use crate::abi::{ATTR_SIZE, attr_flag, event_type, sw_event};
 use super::build_ids::BuildIdTable;
 use super::compress::{self, MAX_RECORD_INPUT};
 use super::features;
+use super::scope::{self, ScopeFilter};
 pub use super::summary::{CompressionSummary, DataSummary, PerfData};
 use super::synth::{self, SampleId};
 use crate::host::{HostInfo, format_id};
@@ -82,7 +84,9 @@ pub struct WriteOptions {
     pub compression: Option<i32>,
     /// Host facts gathered at daemon start; `None` gathers them (I/O) when
     /// [`super::output::write_snapshot`] runs.
-    pub host: Option<std::sync::Arc<HostInfo>>,
+    pub host: Option<Arc<HostInfo>>,
+    /// Part of the machine only (None: all of it).
+    pub scope: Option<ScopeFilter>,
 }
 
 /// Where an encoded file goes: appended to, then its header written over
@@ -185,7 +189,13 @@ pub struct Encoder<'h, S: Sink> {
     window_start: Option<SampleTime>,
     cpus: BTreeMap<u32, CpuTally>,
     sampled_pids: BTreeSet<u32>,
+    /// Samples per cgroup id.
+    sampled_cgroups: BTreeMap<u64, u64>,
     build_ids: BuildIdTable,
+    /// For a snapshot of part of the machine: what it keeps.
+    scope: Option<ScopeFilter>,
+    /// Records a scope keeps, gathered before they are written.
+    scoped: Vec<u8>,
     summary: DataSummary,
 }
 
@@ -242,10 +252,23 @@ impl<'h, S: Sink> Encoder<'h, S> {
             window_start: None,
             cpus: BTreeMap::new(),
             sampled_pids: BTreeSet::new(),
+            sampled_cgroups: BTreeMap::new(),
             build_ids: BuildIdTable::default(),
+            scope: None,
+            scoped: Vec::new(),
             summary: DataSummary::default(),
             events,
         })
+    }
+
+    /// Keeps only what `scope` holds, from here on.
+    pub fn set_scope(&mut self, scope: ScopeFilter) {
+        self.scope = Some(scope);
+    }
+
+    /// Samples written per cgroup id so far.
+    pub fn sampled_cgroups(&self) -> &BTreeMap<u64, u64> {
+        &self.sampled_cgroups
     }
 
     /// The events of the file, as [`Encoder::begin`] took them.
@@ -255,13 +278,14 @@ impl<'h, S: Sink> Encoder<'h, S> {
 
     /// The data section's first records: the state at `start` (the
     /// kernel's and the modules' maps, modules loaded since start up to it
-    /// from `loaded`, every process of `processes`), stamped just before.
+    /// from `loaded`, every cgroup, every process of `processes`), stamped
+    /// just before.
     pub fn window_start(
         &mut self,
         start: Option<SampleTime>,
         kernel_text: Option<u64>,
         loaded: &[LoadedModule],
-        processes: &[ProcessState],
+        (cgroups, processes): (&[(u64, Arc<str>)], &[ProcessState]),
     ) -> Result<(), PerfDataError> {
         self.window_start = start;
         let tracking = &self.events[self.tracking];
@@ -292,14 +316,31 @@ impl<'h, S: Sink> Encoder<'h, S> {
                 self.summary.synthesized_records += 1;
             }
         }
+        let (cgroups, processes): (Vec<_>, Vec<_>) = match &self.scope {
+            Some(scope) => (
+                cgroups
+                    .iter()
+                    .filter(|(id, _)| scope.cgroups.contains(id))
+                    .cloned()
+                    .collect(),
+                processes
+                    .iter()
+                    .filter(|p| scope.pids.contains(&p.pid))
+                    .cloned()
+                    .collect(),
+            ),
+            None => (cgroups.to_vec(), processes.to_vec()),
+        };
+        self.summary.synthesized_records +=
+            synth::push_cgroups(&mut head, &tracking.attr, tracking_id, synth_time, &cgroups);
         self.summary.synthesized_records += synth::push_process_state(
             &mut head,
             &tracking.attr,
             tracking_id,
             synth_time,
-            processes,
+            &processes,
         );
-        self.build_ids.add_processes(processes);
+        self.build_ids.add_processes(&processes);
         self.push(&head)
     }
 
@@ -309,8 +350,21 @@ impl<'h, S: Sink> Encoder<'h, S> {
         let kept = RecordFilter::all(&self.layouts).scan(records);
         let whole = &records[..kept.bytes as usize];
         self.summary.torn_bytes += (records.len() - whole.len()) as u64;
-        self.build_ids.add_tracking(whole);
-        self.push(whole)
+        let Some(scope) = &self.scope else {
+            self.build_ids.add_tracking(whole);
+            return self.push(whole);
+        };
+        let mut scoped = std::mem::take(&mut self.scoped);
+        scoped.clear();
+        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
+            if scope.tracking(record) {
+                scoped.extend_from_slice(record);
+            }
+        }
+        self.build_ids.add_tracking(&scoped);
+        let pushed = self.push(&scoped);
+        self.scoped = scoped;
+        pushed
     }
 
     /// Sample records of `cpu` (and the kernel's LOST records among them),
@@ -322,17 +376,44 @@ impl<'h, S: Sink> Encoder<'h, S> {
         event_id: Option<u64>,
         records: &[u8],
     ) -> Result<Kept, PerfDataError> {
-        let kept = RecordFilter::all(&self.layouts).scan(records);
+        let mut scoped = std::mem::take(&mut self.scoped);
+        let records = match &self.scope {
+            None => records,
+            Some(scope) => {
+                scoped.clear();
+                for (_, record) in crate::ring::records(records).map_while(Result::ok) {
+                    match scope.sample(record, &self.layouts) {
+                        scope::Kept::Whole => scoped.extend_from_slice(record),
+                        scope::Kept::Rewritten(r) => scoped.extend_from_slice(&r),
+                        scope::Kept::Dropped => {}
+                    }
+                }
+                &scoped
+            }
+        };
+        let written = self.write_samples(cpu, event_id, records);
+        self.scoped = scoped;
+        written
+    }
+
+    fn write_samples(
+        &mut self,
+        cpu: u32,
+        event_id: Option<u64>,
+        records: &[u8],
+    ) -> Result<Kept, PerfDataError> {
+        let (kept, pids) = RecordFilter::all(&self.layouts).scan_samples(records);
         let whole = &records[..kept.bytes as usize];
+        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
+            if let Some(cgroup) = self.layouts.sample_cgroup(record) {
+                *self.sampled_cgroups.entry(cgroup).or_default() += 1;
+            }
+        }
         self.summary.torn_bytes += (records.len() - whole.len()) as u64;
         self.summary.samples += kept.samples;
         self.summary.first_sample = min_some(self.summary.first_sample, kept.oldest);
         self.summary.last_sample = self.summary.last_sample.max(kept.newest);
-        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
-            if let Some(pid) = self.layouts.sample_pid(record) {
-                self.sampled_pids.insert(pid);
-            }
-        }
+        self.sampled_pids.extend(pids);
         let tally = self.cpus.entry(cpu).or_default();
         tally.event_id = tally.event_id.or(event_id);
         tally.lost = tally.lost.saturating_add(kept.lost);
@@ -464,7 +545,7 @@ pub fn encode_capture<S: Sink>(
         capture.window_start,
         capture.kernel_text,
         &capture.loaded_modules,
-        &capture.processes,
+        (&capture.cgroups, &capture.processes),
     )?;
     encoder.tracking(&capture.tracking_records)?;
     for cpu in &capture.cpus {

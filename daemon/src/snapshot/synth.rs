@@ -6,9 +6,34 @@ use crate::abi::{EventAttr, misc, mmap_prot, record_type};
 use crate::tracking::state::{MapState, ProcessState};
 
 pub use flightrec_perfdata::encode::{
-    SampleId, push_comm, push_kernel_mmap, push_lost_samples, push_module_mmap, push_padded_str,
-    push_record, push_sample_id,
+    SampleId, push_cgroup, push_comm, push_kernel_mmap, push_lost_samples, push_module_mmap,
+    push_padded_str, push_record, push_sample_id,
 };
+
+/// A CGROUP record for each of `cgroups`, as of `time`. Returns how many
+/// were written (a path too long for a record is left out).
+pub fn push_cgroups(
+    out: &mut Vec<u8>,
+    attr: &EventAttr,
+    event_id: u64,
+    time: u64,
+    cgroups: &[(u64, std::sync::Arc<str>)],
+) -> u64 {
+    let id = SampleId {
+        pid: u32::MAX,
+        tid: 0,
+        time,
+        id: event_id,
+        cpu: 0,
+    };
+    let mut n = 0;
+    for (cgroup, path) in cgroups {
+        if push_cgroup(out, attr, *cgroup, path, &id) {
+            n += 1;
+        }
+    }
+    n
+}
 
 /// MMAP2 for one mapping of process `pid`. False if the file name is too
 /// long for a record.

@@ -7,6 +7,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::{SnapshotName, Store, StoreError, parse_id, read_compressed_flag};
+use crate::time::WallTime;
+use flightrec_proto::sidecar::SidecarContainer;
 
 /// A snapshot as `List` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,13 @@ pub struct SnapshotInfo {
     pub seq: u64,
     /// Destinations ("jetstream", "s3") it still waits to be uploaded to.
     pub pending_uploads: Vec<String>,
+    /// The window it holds (None for a snapshot written before it was
+    /// kept).
+    pub window: Option<(WallTime, WallTime)>,
+    /// The containers it holds samples of.
+    pub containers: Vec<SidecarContainer>,
+    /// What a scoped dump held; empty for the whole machine.
+    pub scope: String,
 }
 
 /// The sidecar `.<id>.meta`.
@@ -51,6 +60,12 @@ impl Store {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let pending_uploads = meta.as_ref().map_or_else(Vec::new, |m| m.uploads.clone());
+        let window = meta.as_ref().and_then(|m| {
+            Some((
+                WallTime::from_unix_nanos(m.window_start_unix_ns?),
+                WallTime::from_unix_nanos(m.window_end_unix_ns?),
+            ))
+        });
         Ok(SnapshotInfo {
             pending_uploads,
             bytes: md.len(),
@@ -62,10 +77,17 @@ impl Store {
             matched: meta
                 .as_ref()
                 .map_or_else(String::new, |m| m.matched.clone()),
-            created_unix_ns: meta.map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
-                m.created_unix_ns
-            }),
+            created_unix_ns: meta
+                .as_ref()
+                .map_or(n.unix_secs.saturating_mul(1_000_000_000), |m| {
+                    m.created_unix_ns
+                }),
             seq: n.seq,
+            window,
+            containers: meta
+                .as_ref()
+                .map_or_else(Vec::new, |m| m.containers.clone()),
+            scope: meta.as_ref().map_or_else(String::new, |m| m.scope.clone()),
             id,
             path,
         })

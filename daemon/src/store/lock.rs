@@ -89,7 +89,7 @@ mod tests {
         let ids: Vec<Reservation> = (0..2)
             .map(|i| {
                 let r = store
-                    .reserve(None, "api", "", t0 + Duration::from_secs(i))
+                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
                     .unwrap();
                 fs::write(d.join(r.file_name()), header(false)).unwrap();
                 r

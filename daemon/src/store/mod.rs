@@ -416,9 +416,9 @@ mod tests {
         let (store, removed) = Store::open(&d, "box/1").unwrap();
         assert!(removed.is_empty());
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let a = store.reserve(None, "api", "", t0).unwrap();
+        let a = store.reserve(None, "api", "", t0, None).unwrap();
         let b = store
-            .reserve(Some("oom"), "signal", "", t0 + Duration::from_secs(1))
+            .reserve(Some("oom"), "signal", "", t0 + Duration::from_secs(1), None)
             .unwrap();
         assert_eq!(a.id(), "box_1-20261120T221133Z-000001");
         assert_eq!(b.id(), "box_1-20261120T221134Z-000002-oom");
@@ -427,7 +427,7 @@ mod tests {
         // A crash left a writer temp file and a sidecar without snapshot.
         fs::write(d.join(".box_1-x.perf.data.tmp-123-0"), b"partial").unwrap();
         let c = store
-            .reserve(None, "api", "", t0 + Duration::from_secs(2))
+            .reserve(None, "api", "", t0 + Duration::from_secs(2), None)
             .unwrap();
         fs::write(d.join("README"), b"not a snapshot").unwrap();
 
@@ -450,7 +450,7 @@ mod tests {
             Err(StoreError::NotFound { .. })
         ));
         assert!(matches!(
-            store.reserve(Some("../x"), "api", "", t0),
+            store.reserve(Some("../x"), "api", "", t0, None),
             Err(StoreError::InvalidLabel { .. })
         ));
 
@@ -469,7 +469,7 @@ mod tests {
             ]
         );
         // The sequence continues after the highest existing snapshot.
-        let next = store.reserve(None, "api", "", t0).unwrap();
+        let next = store.reserve(None, "api", "", t0, None).unwrap();
         assert_eq!(next.name.seq, 3);
         store.abandon(&next);
         assert!(!d.join(format!(".{}.meta", next.id())).exists());
@@ -481,7 +481,7 @@ mod tests {
         let d = dir.path();
         let (store, _) = Store::open(d, "h").unwrap();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let r = store.reserve(None, "api", "", t0).unwrap();
+        let r = store.reserve(None, "api", "", t0, None).unwrap();
         fs::write(d.join(r.file_name()), header(false)).unwrap();
         drop(store);
         // What a kill -9 between the sidecar's write and rename leaves.

@@ -59,7 +59,7 @@ mod tests {
         let ids: Vec<String> = (0..4)
             .map(|i| {
                 let r = store
-                    .reserve(None, "api", "", t0 + Duration::from_secs(i))
+                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
                     .unwrap();
                 fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
                 r.id()

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 use super::info::Meta;
 use super::{SnapshotName, Store, StoreError, unix_ns, validate_label};
+use crate::time::WallTime;
 
 /// A name handed out for a dump about to be written.
 #[derive(Debug, Clone)]
@@ -45,12 +46,28 @@ impl Reservation {
 impl Store {
     /// A fresh name for a dump, with its sidecar written (0640). The label is
     /// validated here: this is the one door from a client's text to a path.
+    /// `window`: the instants the snapshot holds, for `List`.
     pub fn reserve(
         &self,
         label: Option<&str>,
         trigger: &str,
         matched: &str,
         now: SystemTime,
+        window: Option<(WallTime, WallTime)>,
+    ) -> Result<Reservation, StoreError> {
+        self.reserve_scoped(label, trigger, matched, now, window, "")
+    }
+
+    /// [`Store::reserve`] for a snapshot of part of the machine (`scope`,
+    /// as `List` shows it; empty: the whole machine).
+    pub fn reserve_scoped(
+        &self,
+        label: Option<&str>,
+        trigger: &str,
+        matched: &str,
+        now: SystemTime,
+        window: Option<(WallTime, WallTime)>,
+        scope: &str,
     ) -> Result<Reservation, StoreError> {
         if let Some(l) = label {
             validate_label(l)?;
@@ -74,6 +91,11 @@ impl Store {
             matched: matched.to_string(),
             created_unix_ns,
             uploads: self.upload_destinations(),
+            // Not known before the capture; not filled yet.
+            window_start_unix_ns: window.map(|w| w.0.as_unix_nanos()),
+            window_end_unix_ns: window.map(|w| w.1.as_unix_nanos()),
+            containers: Vec::new(),
+            scope: scope.to_string(),
         };
         let sidecar = Arc::new(self.place_sidecar(&name.id(), &meta)?);
         Ok(Reservation {
@@ -106,7 +128,9 @@ mod tests {
         let u = store.usage().unwrap();
         assert_eq!((u.snapshots, u.bytes), (0, 0));
         assert!(u.disk_free_bytes > 0);
-        let r = store.reserve(None, "api", "", SystemTime::now()).unwrap();
+        let r = store
+            .reserve(None, "api", "", SystemTime::now(), None)
+            .unwrap();
         let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o750);
         assert!(d.join(format!(".{}.meta", r.id())).exists());

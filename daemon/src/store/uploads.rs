@@ -39,6 +39,22 @@ impl Store {
     /// or is no longer configured). Returns false when the snapshot is gone
     /// (removed meanwhile): nothing is written then.
     pub fn settle_upload(&self, id: &str, destination: &str) -> Result<bool, StoreError> {
+        self.update_sidecar(id, |meta| meta.uploads.retain(|d| d != destination))
+    }
+
+    /// Says in snapshot `id`'s sidecar which containers it holds samples
+    /// of (known once it is written). Returns false when it is gone.
+    pub fn set_containers(
+        &self,
+        id: &str,
+        containers: Vec<flightrec_proto::sidecar::SidecarContainer>,
+    ) -> Result<bool, StoreError> {
+        self.update_sidecar(id, |meta| meta.containers = containers)
+    }
+
+    /// Changes snapshot `id`'s sidecar with `change`, under the snapshot's
+    /// lock; false (nothing written) when the snapshot is gone.
+    fn update_sidecar(&self, id: &str, change: impl FnOnce(&mut Meta)) -> Result<bool, StoreError> {
         let n = parse_id(id)?;
         let _lock = self.lock_snapshot(&n.id());
         let path = self.sidecar_path(id);
@@ -53,7 +69,7 @@ impl Store {
         if self.dir.join(n.file_name()).symlink_metadata().is_err() {
             return Ok(false);
         }
-        meta.uploads.retain(|d| d != destination);
+        change(&mut meta);
         self.write_sidecar(id, &meta)?;
         Ok(true)
     }
@@ -119,11 +135,11 @@ mod tests {
         let id = {
             let (store, _) = Store::open(dir.path(), "h").unwrap();
             store.set_upload_destinations(vec!["jetstream".into(), "s3".into()]);
-            let r = store.reserve(None, "signal", "", t0).unwrap();
+            let r = store.reserve(None, "signal", "", t0, None).unwrap();
             fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
             // Without destinations a snapshot is not queued.
             store.set_upload_destinations(vec![]);
-            let plain = store.reserve(None, "api", "", t0).unwrap();
+            let plain = store.reserve(None, "api", "", t0, None).unwrap();
             fs::write(dir.path().join(plain.file_name()), header(false)).unwrap();
             r.id()
         };

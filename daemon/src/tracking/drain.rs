@@ -13,6 +13,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::EventFd;
 
 use super::build_id::{BuildIdStats, BuildIds};
+use super::cgroups::CgroupTable;
 use super::log::TrackingLog;
 use super::modules::{LoadedModule, ModuleWatch};
 use super::record::{TrackingRecord, parse, record_time};
@@ -40,6 +41,8 @@ pub struct Tracking {
     /// With `[history]` on: the records appended to the log since the
     /// history writer last took them.
     history_tap: Option<HistoryTap>,
+    /// With cgroup ids recorded: every cgroup seen.
+    cgroups: Option<CgroupTable>,
 }
 
 /// Records kept for the history writer, bounded: past [`MAX_TAP_BYTES`]
@@ -76,7 +79,19 @@ impl Tracking {
             build_ids: Arc::default(),
             modules: None,
             history_tap: None,
+            cgroups: None,
         }
+    }
+
+    /// Keeps the cgroups of `table` and those the kernel's CGROUP records
+    /// name from now on.
+    pub fn track_cgroups(&mut self, table: CgroupTable) {
+        self.cgroups = Some(table);
+    }
+
+    /// The cgroups known (None: cgroup ids are not recorded).
+    pub fn cgroups(&self) -> Option<&CgroupTable> {
+        self.cgroups.as_ref()
     }
 
     /// Keeps every record appended to the log from now on for
@@ -193,10 +208,16 @@ impl Tracking {
                     break;
                 };
                 let time = record_time(record).unwrap_or(0);
-                if let Some(parsed) = parse(record)
-                    && let TrackingRecord::Lost { lost, .. } = parsed.record
-                {
-                    self.lost[i] = self.lost[i].saturating_add(lost);
+                match parse(record).map(|p| p.record) {
+                    Some(TrackingRecord::Lost { lost, .. }) => {
+                        self.lost[i] = self.lost[i].saturating_add(lost);
+                    }
+                    Some(TrackingRecord::Cgroup { id, path }) => {
+                        if let Some(table) = &mut self.cgroups {
+                            table.insert(id, &path);
+                        }
+                    }
+                    _ => {}
                 }
                 self.batch.push((time, offset, record.len()));
             }

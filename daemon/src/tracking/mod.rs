@@ -8,8 +8,10 @@
 //! - [`procfs`]: the /proc scan that seeds the table at start-up.
 //! - [`state`]: a thread and its mappings as the table knows them.
 //! - [`modules`]: MMAP records for kernel modules loaded after start.
+//! - [`cgroups`]: every cgroup seen, by id, kept after it is gone.
 
 pub mod build_id;
+pub mod cgroups;
 pub mod drain;
 pub mod log;
 pub mod map_state;

@@ -245,7 +245,9 @@ impl ProcessTable {
                     self.enforce_exited_limit();
                 }
             }
-            TrackingRecord::Lost { .. } | TrackingRecord::Other { .. } => {}
+            TrackingRecord::Lost { .. }
+            | TrackingRecord::Cgroup { .. }
+            | TrackingRecord::Other { .. } => {}
         }
     }
 

@@ -1,5 +1,5 @@
 //! Parsing of the tracking records the dummy event emits (COMM, FORK, EXIT,
-//! MMAP, MMAP2, LOST), each followed by the `sample_id_all` trailer of the
+//! MMAP, MMAP2, CGROUP, LOST), each followed by the `sample_id_all` trailer of the
 //! tracking attr (`IDENTIFIER | TID | TIME | CPU`: pid, tid, time, cpu, res,
 //! id = 32 bytes). Pure: bad bytes give `None`, never a panic.
 
@@ -38,6 +38,11 @@ pub enum TrackingRecord {
     Lost {
         id: u64,
         lost: u64,
+    },
+    /// A cgroup was created (its id, its path below the hierarchy's root).
+    Cgroup {
+        id: u64,
+        path: String,
     },
     /// A record type the process table does not need.
     Other {
@@ -153,6 +158,13 @@ pub fn parse(record: &[u8]) -> Option<Parsed> {
                     build_id: None,
                     ..MapState::default()
                 },
+            }
+        }
+        record_type::CGROUP => {
+            need(16)?;
+            TrackingRecord::Cgroup {
+                id: get_u64(record, 8),
+                path: c_string(&record[16..body_end]),
             }
         }
         record_type::LOST => {

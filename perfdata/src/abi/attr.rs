@@ -51,6 +51,8 @@ pub mod attr_flag {
     pub const USE_CLOCKID: u64 = 1 << 25;
     pub const CONTEXT_SWITCH: u64 = 1 << 26;
     pub const WRITE_BACKWARD: u64 = 1 << 27;
+    /// CGROUP records for every cgroup created (kernel >= 5.7).
+    pub const CGROUP: u64 = 1 << 32;
     /// MMAP2 records carry the mapped file's build-id (kernel >= 5.12).
     pub const BUILD_ID: u64 = 1 << 34;
 }
@@ -59,7 +61,7 @@ type FlagGetter = fn(&perf_event_attr) -> u64;
 type FlagSetter = fn(&mut perf_event_attr, u64);
 
 /// Each [`attr_flag`] with the crate's accessors of its bitfield member.
-const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 26] = {
+const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 27] = {
     use attr_flag as f;
     type A = perf_event_attr;
     [
@@ -96,6 +98,7 @@ const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 26] = {
         (f::USE_CLOCKID, A::use_clockid, A::set_use_clockid),
         (f::CONTEXT_SWITCH, A::context_switch, A::set_context_switch),
         (f::WRITE_BACKWARD, A::write_backward, A::set_write_backward),
+        (f::CGROUP, A::cgroup, A::set_cgroup),
         (f::BUILD_ID, A::build_id, A::set_build_id),
     ]
 };

@@ -65,6 +65,70 @@ impl SampleLayout {
         (time, cpu)
     }
 
+    /// Offset of the TID field in a SAMPLE record.
+    pub fn sample_tid_offset(&self) -> Option<usize> {
+        self.has(sample::TID).then(|| {
+            HEADER_SIZE
+                + 8 * [sample::IDENTIFIER, sample::IP]
+                    .iter()
+                    .filter(|&&b| self.has(b))
+                    .count()
+        })
+    }
+
+    /// Where the CALLCHAIN and RAW fields of a SAMPLE record are: the
+    /// offset of the callchain's `nr` and the entries it counts, and the
+    /// offset and length of the raw data (after its u32 size). `None` for
+    /// a field the layout lacks, or a record too short to hold what its
+    /// fields say. The layouts flightrec opens have no READ field.
+    pub fn callchain_and_raw(&self, record: &[u8]) -> Option<SampleFields> {
+        let header = RecordHeader::parse(record)?;
+        if header.type_ != record_type::SAMPLE || self.has(sample::READ) {
+            return None;
+        }
+        let size = usize::from(header.size).min(record.len());
+        let mut off = HEADER_SIZE;
+        for bit in [
+            sample::IDENTIFIER,
+            sample::IP,
+            sample::TID,
+            sample::TIME,
+            sample::ADDR,
+            sample::ID,
+            sample::STREAM_ID,
+            sample::CPU,
+            sample::PERIOD,
+        ] {
+            if self.has(bit) {
+                off += 8;
+            }
+        }
+        let mut fields = SampleFields::default();
+        if self.has(sample::CALLCHAIN) {
+            if off + 8 > size {
+                return None;
+            }
+            let nr = usize::try_from(get_u64(record, off)).ok()?;
+            let end = nr.checked_mul(8)?.checked_add(off + 8)?;
+            if end > size {
+                return None;
+            }
+            fields.callchain = Some((off, nr));
+            off = end;
+        }
+        if self.has(sample::RAW) {
+            if off + 4 > size {
+                return None;
+            }
+            let len = get_u32(record, off) as usize;
+            if off + 4 + len > size {
+                return None;
+            }
+            fields.raw = Some((off + 4, len));
+        }
+        Some(fields)
+    }
+
     /// The pid of a SAMPLE record (the TID field's first half), `None` for
     /// other records or layouts without TID.
     pub fn sample_pid(&self, record: &[u8]) -> Option<u32> {
@@ -80,6 +144,20 @@ impl SampleLayout {
         }
         let size = usize::from(header.size).min(record.len());
         (off + 4 <= size).then(|| get_u32(record, off))
+    }
+
+    /// The cgroup id of a SAMPLE record: its last u64 when CGROUP is
+    /// sampled and nothing after it is (see [`sample::AFTER_CGROUP`]).
+    pub fn sample_cgroup(&self, record: &[u8]) -> Option<u64> {
+        let header = RecordHeader::parse(record)?;
+        if header.type_ != record_type::SAMPLE
+            || !self.has(sample::CGROUP)
+            || self.has(sample::AFTER_CGROUP)
+        {
+            return None;
+        }
+        let size = usize::from(header.size).min(record.len());
+        (size >= HEADER_SIZE + 8).then(|| get_u64(record, size - 8))
     }
 
     /// `(time, cpu)` of a whole record, `None` where the record lacks them
@@ -102,6 +180,16 @@ impl SampleLayout {
             (time, cpu)
         }
     }
+}
+
+/// Where a SAMPLE record's variable fields are (see
+/// [`SampleLayout::callchain_and_raw`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampleFields {
+    /// Offset of the callchain's `nr`, and `nr`.
+    pub callchain: Option<(usize, usize)>,
+    /// Offset and length of the raw tracepoint data.
+    pub raw: Option<(usize, usize)>,
 }
 
 /// The layouts of every event writing into a ring, by kernel id: records
@@ -140,9 +228,19 @@ impl RecordLayouts {
         }
     }
 
+    /// The layout of the event with kernel id `id`.
+    pub fn by_id(&self, id: u64) -> Option<SampleLayout> {
+        self.by_id.get(&id).copied()
+    }
+
     /// The layout of the event that wrote `record`.
     pub fn layout(&self, record: &[u8]) -> Option<SampleLayout> {
         self.by_id.get(&Self::identifier(record)?).copied()
+    }
+
+    /// The cgroup id of a SAMPLE `record`, looked up by its identifier.
+    pub fn sample_cgroup(&self, record: &[u8]) -> Option<u64> {
+        self.layout(record)?.sample_cgroup(record)
     }
 
     /// The pid of a SAMPLE `record`, looked up by its identifier.

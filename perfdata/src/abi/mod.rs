@@ -63,6 +63,9 @@ pub mod record_type {
     /// the kernel header, so not in the bindings.
     pub const FINISHED_ROUND: u32 = 68;
     pub const COMPRESSED: u32 = 81;
+    /// COMPRESSED with the zstd bytes' length after the header (perf since
+    /// Linux 6.16), so the record can be padded to 8 bytes.
+    pub const COMPRESSED2: u32 = 83;
 }
 
 /// `header.misc` values.
@@ -150,6 +153,13 @@ pub mod sample {
     pub const STREAM_ID: u64 = b::PERF_SAMPLE_STREAM_ID as u64;
     pub const RAW: u64 = b::PERF_SAMPLE_RAW as u64;
     pub const IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
+    /// The sampled task's cgroup id, in the hierarchy of the perf_event
+    /// controller (Linux 5.7).
+    pub const CGROUP: u64 = b::PERF_SAMPLE_CGROUP as u64;
+    /// Fields that come after CGROUP in a sample: with none of them, the
+    /// cgroup id is a sample's last u64.
+    pub const AFTER_CGROUP: u64 =
+        (b::PERF_SAMPLE_DATA_PAGE_SIZE | b::PERF_SAMPLE_CODE_PAGE_SIZE | b::PERF_SAMPLE_AUX) as u64;
 }
 
 /// `enum perf_event_read_format` bits, as the `read_format` word they go in.

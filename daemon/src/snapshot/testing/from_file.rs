@@ -67,6 +67,7 @@ pub fn capture_from_perf_data(bytes: &[u8]) -> Result<Capture, String> {
         held_from: window_start,
         kernel_text: None,
         loaded_modules: Vec::new(),
+        cgroups: Vec::new(),
     })
 }
 

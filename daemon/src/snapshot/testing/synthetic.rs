@@ -91,6 +91,7 @@ pub fn synthetic_capture(spec: &SyntheticSpec) -> Capture {
         held_from: Some(SampleTime::from_nanos(T0)),
         kernel_text: spec.kernel_text,
         loaded_modules: Vec::new(),
+        cgroups: Vec::new(),
     }
 }
 

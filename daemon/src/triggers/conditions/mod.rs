@@ -1,30 +1,41 @@
 //! Conditions (`[[trigger]]`): one thread watches every configured
 //! condition with one poll(2) (tracepoint rings, PSI files, a stop
-//! eventfd) and a timeout for the periodic ones (interval, loss), runs each
-//! through its [`Gate`] and hands what fired to a sink that queues the
-//! dump. The thread runs at the snapshot's realtime priority, so a
-//! condition reaches the dump thread without waiting for a CPU.
+//! eventfd) and a timeout for the periodic ones (interval, loss, the
+//! memory counters of cgroups), runs each through its [`Gate`] and hands
+//! what fired to a sink that queues the dump. The thread runs at the
+//! snapshot's realtime priority, so a condition reaches the dump thread
+//! without waiting for a CPU. It takes no lock a dump takes: the cgroup a
+//! firing matched is named from /proc and the cgroup hierarchy
+//! (`cgroups`), never from the recorder.
 //!
 //! Opening ([`Conditions::open`]) is separate from starting, so a reload
 //! can open the new set, and keep the running one if that fails.
 
+mod cgroups;
 mod hits;
+mod memory;
 mod psi;
 mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flightrec_config::{Spanned, TriggerConfig, TriggerOn};
+use flightrec_config::{Spanned, TriggerConfig, TriggerOn, TriggerScope};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::gate::{Gate, GateRules, Verdict};
+use crate::abi::sample;
+use crate::host::format_field;
 use crate::perf::PerfError;
 use crate::perf::condition_ring::ConditionRing;
-use crate::perf::event::{EventError, EventKind, EventSpec};
-pub use hits::{Hit, Hits, parse_hits};
+use crate::perf::event::{EventError, EventKind, EventSpec, TRACEFS};
+pub use cgroups::{CgroupGlob, CgroupNames, CgroupRoots, MemoryRoot};
+pub use hits::{Hit, HitLayout, Hits, Subject, SubjectFields, parse_hits};
+pub use memory::MEMORY_POLL;
+use memory::MemoryWatch;
+use psi::PsiWatch;
 pub use psi::{PROC_PRESSURE, pressure_path};
 use watch::watch;
 
@@ -37,6 +48,9 @@ const LOSS_PERIOD: Duration = Duration::from_millis(500);
 const BUSY_SNOOZE: Duration = Duration::from_millis(10);
 /// Most hits run through a gate per ring read.
 const MAX_HITS_PER_READ: u64 = 1 << 16;
+/// The tracepoint whose hits name the OOM killer's victim in their
+/// fields: its `pid`, not the task that hit it, is what fired.
+pub const OOM_VICTIM_EVENT: &str = "oom:mark_victim";
 
 /// A condition that fired (one or more times since the last report).
 #[derive(Debug, Clone)]
@@ -54,6 +68,13 @@ pub struct Fired {
     /// How far before the firing its snapshot reaches; None: as far as
     /// the rings hold.
     pub before: Option<Duration>,
+    /// What the snapshot holds (the trigger's `scope`).
+    pub scope: TriggerScope,
+    /// The cgroup that fired it, relative to the hierarchy's root: the
+    /// task's (the OOM victim's) for a tracepoint, the cgroup whose PSI
+    /// file or memory counter fired. Sought for a tracepoint only when
+    /// `scope` is "matched" or the event names a victim.
+    pub cgroup: Option<String>,
 }
 
 /// Why a trigger could not be armed; `index` is its `[[trigger]]`.
@@ -77,6 +98,14 @@ pub enum ConditionError {
         name: String,
         reason: String,
     },
+    /// The value of `key` cannot be watched on this machine.
+    #[error("trigger {name:?}: {reason}")]
+    Key {
+        index: usize,
+        name: String,
+        key: &'static str,
+        reason: String,
+    },
     #[error("cannot start the condition thread: {0}")]
     Thread(std::io::Error),
 }
@@ -87,8 +116,17 @@ impl ConditionError {
         match self {
             ConditionError::Event { index, .. }
             | ConditionError::Perf { index, .. }
-            | ConditionError::Psi { index, .. } => Some(*index),
+            | ConditionError::Psi { index, .. }
+            | ConditionError::Key { index, .. } => Some(*index),
             ConditionError::Thread(_) => None,
+        }
+    }
+
+    /// The key of the trigger whose value is at fault, if one is.
+    pub fn key(&self) -> Option<&'static str> {
+        match self {
+            ConditionError::Key { key, .. } => Some(key),
+            _ => None,
         }
     }
 }
@@ -99,13 +137,13 @@ enum Source {
         rings: Vec<ConditionRing>,
         /// Per ring: not polled before this (see [`BUSY_SNOOZE`]).
         snoozed: Vec<Option<Instant>>,
+        layout: HitLayout,
     },
     Psi {
-        file: std::fs::File,
-        path: PathBuf,
+        watch: PsiWatch,
         text: String,
-        broken: bool,
     },
+    CgroupMemory(MemoryWatch),
     Loss {
         last: Option<u64>,
         next: Instant,
@@ -124,6 +162,7 @@ struct Watched {
     compress: Option<bool>,
     delay: Option<Duration>,
     before: Option<Duration>,
+    scope: TriggerScope,
 }
 
 /// The gate rules of `t`: an interval trigger is not rate limited unless
@@ -147,6 +186,7 @@ fn rules_of(t: &TriggerConfig) -> GateRules {
 /// Armed conditions, not yet watched.
 pub struct Opened {
     watched: Vec<Watched>,
+    names: CgroupNames,
 }
 
 impl Opened {
@@ -169,17 +209,32 @@ pub struct Conditions {
 
 impl Conditions {
     /// Arms every trigger of `triggers` on `cpus`: opens the tracepoint
-    /// events with their filters (the kernel checks them here) and writes
-    /// the PSI thresholds. Nothing is watched until [`Conditions::start`].
+    /// events with their filters (the kernel checks them here), writes
+    /// the PSI thresholds and reads the memory counters of the cgroups
+    /// watched. Nothing is watched until [`Conditions::start`]. Without
+    /// `cgroup_ids` (samples do not carry their cgroup) a trigger's
+    /// snapshots hold the whole machine unless its `scope` says otherwise.
     pub fn open(
         triggers: &[Spanned<TriggerConfig>],
         cpus: &[u32],
+        cgroup_ids: bool,
     ) -> Result<Opened, ConditionError> {
         let now = Instant::now();
+        let roots = CgroupRoots::of_this_machine();
         let mut watched = Vec::new();
         for (index, t) in triggers.iter().enumerate() {
             let t = t.get_ref();
             let name = t.name.get_ref().clone();
+            let scope = match &t.scope {
+                None if !cgroup_ids => TriggerScope::Machine,
+                _ => t.scope(),
+            };
+            let key_error = |key: &'static str, reason: String| ConditionError::Key {
+                index,
+                name: name.clone(),
+                key,
+                reason,
+            };
             let source = match *t.on.get_ref() {
                 TriggerOn::Tracepoint => {
                     let event = t
@@ -194,17 +249,25 @@ impl Conditions {
                             source,
                         }
                     })?;
-                    let EventKind::Tracepoint { id, .. } = resolved.kind else {
+                    let EventKind::Tracepoint {
+                        id,
+                        system,
+                        name: tracepoint,
+                    } = resolved.kind
+                    else {
                         return Err(ConditionError::Psi {
                             index,
                             name,
                             reason: format!("{event} is not a tracepoint"),
                         });
                     };
+                    let layout =
+                        hit_layout(&event, &system, &tracepoint, scope == TriggerScope::Matched);
                     let filter = t.filter.as_ref().map(|f| f.get_ref().as_str());
+                    let extra = layout.sample_type;
                     let rings = cpus
                         .iter()
-                        .map(|&cpu| ConditionRing::open(&event, id, filter, cpu))
+                        .map(|&cpu| ConditionRing::open(&event, id, filter, cpu, extra))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|source| ConditionError::Perf {
                             index,
@@ -216,6 +279,7 @@ impl Conditions {
                         event,
                         rings,
                         snoozed,
+                        layout,
                     }
                 }
                 TriggerOn::Psi => {
@@ -224,22 +288,70 @@ impl Conditions {
                         name: name.clone(),
                         reason: "no valid psi value".into(),
                     })?;
-                    let cgroup = t.cgroup.as_ref().map(|c| c.get_ref().as_path());
-                    let armed = psi::arm(&spec, cgroup).map_err(|reason| ConditionError::Psi {
-                        index,
-                        name: name.clone(),
-                        reason,
+                    let text = t
+                        .psi
+                        .as_ref()
+                        .map(|p| p.get_ref().clone())
+                        .unwrap_or_default();
+                    let watch = match &t.cgroup {
+                        None => PsiWatch::open(spec, None, now).map_err(|reason| {
+                            ConditionError::Psi {
+                                index,
+                                name: name.clone(),
+                                reason,
+                            }
+                        })?,
+                        Some(c) => {
+                            let mount = roots.unified.clone().ok_or_else(|| {
+                                key_error(
+                                    "cgroup",
+                                    "no cgroup2 hierarchy is mounted: PSI files of cgroups are \
+                                     cgroup2's"
+                                        .into(),
+                                )
+                            })?;
+                            let glob = glob_of(c.get_ref(), &roots)
+                                .map_err(|why| key_error("cgroup", why))?;
+                            PsiWatch::open(spec, Some((glob, mount)), now)
+                                .map_err(|why| key_error("cgroup", why))?
+                        }
+                    };
+                    Source::Psi { watch, text }
+                }
+                TriggerOn::CgroupMemory => {
+                    let root = roots.memory().ok_or_else(|| {
+                        key_error(
+                            "cgroup",
+                            "no memory controller to read: neither cgroup2 offers it nor is a \
+                             v1 memory hierarchy mounted"
+                                .into(),
+                        )
                     })?;
-                    Source::Psi {
-                        file: armed.file,
-                        path: armed.path,
-                        text: t
-                            .psi
-                            .as_ref()
-                            .map(|p| p.get_ref().clone())
-                            .unwrap_or_default(),
-                        broken: false,
+                    let counters = t.memory_counters();
+                    if let MemoryRoot::V1(mount) = &root
+                        && let Some(c) = counters.iter().find(|c| !c.in_v1())
+                    {
+                        return Err(key_error(
+                            "events",
+                            format!(
+                                "{} is not counted on this host: its memory controller is the \
+                                 v1 hierarchy at {}, which counts oom_kill (memory.oom_control) \
+                                 and max (memory.failcnt) only; oom and high are cgroup2's \
+                                 memory.events",
+                                c.as_str(),
+                                mount.display()
+                            ),
+                        ));
                     }
+                    let text = t
+                        .cgroup
+                        .as_ref()
+                        .map(|c| c.get_ref().as_str())
+                        .unwrap_or("/");
+                    let glob = glob_of(text, &roots).map_err(|why| key_error("cgroup", why))?;
+                    let watch = MemoryWatch::open(glob, root, counters, now)
+                        .map_err(|why| key_error("cgroup", why))?;
+                    Source::CgroupMemory(watch)
                 }
                 TriggerOn::Loss => Source::Loss {
                     last: None,
@@ -264,9 +376,13 @@ impl Conditions {
                 compress: t.compress,
                 delay: t.post_trigger_delay.as_ref().map(|d| d.get_ref().get()),
                 before: t.before.as_ref().map(|d| d.get_ref().get()),
+                scope,
             });
         }
-        Ok(Opened { watched })
+        Ok(Opened {
+            watched,
+            names: CgroupNames::new(roots.ids),
+        })
     }
 
     /// Enables the events and starts the thread (SCHED_FIFO `priority`).
@@ -296,7 +412,7 @@ impl Conditions {
             .name("flightrec-conditions".into())
             .spawn(move || {
                 crate::perf::sched::run_realtime(priority);
-                watch(opened.watched, &stop2, &losses, &sink);
+                watch(opened.watched, opened.names, &stop2, &losses, &sink);
             })
             .map_err(ConditionError::Thread)?;
         Ok(Self {
@@ -304,6 +420,52 @@ impl Conditions {
             thread: Some(thread),
         })
     }
+}
+
+/// `text` as a glob of cgroups, relative to the roots' mounts.
+fn glob_of(text: &str, roots: &CgroupRoots) -> Result<CgroupGlob, String> {
+    let mounts: Vec<&Path> = [&roots.unified, &roots.memory_v1]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+        .collect();
+    CgroupGlob::new(text, &mounts)
+}
+
+/// What the condition rings of `event` sample besides the task and CPU:
+/// the cgroup id when the trigger's snapshots hold the cgroup that fired
+/// it, and for [`OOM_VICTIM_EVENT`] the raw fields that name the victim
+/// (where its tracefs format says they are).
+fn hit_layout(event: &str, system: &str, tracepoint: &str, matched: bool) -> HitLayout {
+    let mut layout = HitLayout::default();
+    if matched {
+        layout.sample_type |= sample::CGROUP;
+    }
+    if event == OOM_VICTIM_EVENT {
+        let path = Path::new(TRACEFS)
+            .join("events")
+            .join(system)
+            .join(tracepoint)
+            .join("format");
+        let format = std::fs::read(&path).unwrap_or_default();
+        match format_field(&format, "pid") {
+            Some(pid) => {
+                layout.sample_type |= sample::RAW;
+                layout.subject = Some(SubjectFields {
+                    pid,
+                    comm: format_field(&format, "comm")
+                        .filter(|&(_, size)| size == 4)
+                        .map(|(at, _)| at),
+                });
+            }
+            None => tracing::warn!(
+                "{} has no pid field: {event} triggers name the task that hit it, not the \
+                 victim",
+                path.display()
+            ),
+        }
+    }
+    layout
 }
 
 impl Drop for Conditions {

@@ -1,18 +1,21 @@
 //! The condition thread's loop: one poll(2) over the tracepoint rings, the
 //! PSI files and the stop eventfd, with a timeout for the periodic
-//! conditions (interval, loss) and the snoozed rings; what is ready goes
-//! through its trigger's gate.
+//! conditions (interval, loss, memory counters, glob rescans) and the
+//! snoozed rings; what is ready goes through its trigger's gate.
 
 use std::os::fd::AsFd;
 use std::time::Instant;
 
+use flightrec_config::TriggerScope;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::EventFd;
 
 use super::super::gate::{Suppression, Verdict};
+use super::cgroups::RESCAN;
+use super::memory::MEMORY_POLL;
 use super::{
-    BUSY_SNOOZE, Fired, LOSS_PERIOD, LossReader, MAX_HITS_PER_READ, Sink, Source, Watched,
-    parse_hits,
+    BUSY_SNOOZE, CgroupNames, Fired, Hit, LOSS_PERIOD, LossReader, MAX_HITS_PER_READ, Sink, Source,
+    Watched, parse_hits,
 };
 
 /// Which poll entry belongs to what.
@@ -20,11 +23,23 @@ use super::{
 enum Slot {
     Stop,
     Ring { watched: usize, ring: usize },
-    Psi { watched: usize },
+    Psi { watched: usize, file: usize },
+}
+
+/// What a firing matched: the words, and the cgroup, if one fired it.
+struct Match {
+    text: String,
+    cgroup: Option<String>,
 }
 
 /// Watches until the stop eventfd is written (or poll fails).
-pub(super) fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossReader, sink: &Sink) {
+pub(super) fn watch(
+    mut watched: Vec<Watched>,
+    mut names: CgroupNames,
+    stop: &EventFd,
+    losses: &LossReader,
+    sink: &Sink,
+) {
     let mut buf = Vec::new();
     loop {
         let timeout = poll_timeout(&mut watched, Instant::now());
@@ -36,9 +51,11 @@ pub(super) fn watch(mut watched: Vec<Watched>, stop: &EventFd, losses: &LossRead
             match slot {
                 Slot::Stop => return,
                 Slot::Ring { watched: wi, ring } => {
-                    on_ring(&mut watched[wi], ring, now, &mut buf, sink);
+                    on_ring(&mut watched[wi], ring, now, &mut buf, &mut names, sink);
                 }
-                Slot::Psi { watched: wi } => on_psi(&mut watched[wi], revents, now, sink),
+                Slot::Psi { watched: wi, file } => {
+                    on_psi(&mut watched[wi], file, revents, now, sink);
+                }
             }
         }
         on_ticks(&mut watched, now, losses, sink);
@@ -60,7 +77,8 @@ fn poll_timeout(watched: &mut [Watched], now: Instant) -> PollTimeout {
                 }
                 snoozed.iter().flatten().min().copied()
             }
-            Source::Psi { .. } => None,
+            Source::Psi { watch, .. } => watch.cgroups.as_ref().map(|c| c.next_scan),
+            Source::CgroupMemory(m) => Some(m.next_poll.min(m.next_scan)),
         };
         if let Some(d) = due {
             next_tick = Some(next_tick.map_or(d, |n| n.min(d)));
@@ -101,9 +119,17 @@ fn poll_ready(
                     });
                 }
             }
-            Source::Psi { file, broken, .. } if !broken => {
-                fds.push(PollFd::new(file.as_fd(), PollFlags::POLLPRI));
-                slots.push(Slot::Psi { watched: wi });
+            Source::Psi { watch, .. } => {
+                for (fi, f) in watch.files.iter().enumerate() {
+                    if f.broken {
+                        continue;
+                    }
+                    fds.push(PollFd::new(f.file.as_fd(), PollFlags::POLLPRI));
+                    slots.push(Slot::Psi {
+                        watched: wi,
+                        file: fi,
+                    });
+                }
             }
             _ => {}
         }
@@ -126,18 +152,26 @@ fn poll_ready(
 /// A tracepoint ring has hits: drains it and judges them. A ring that
 /// had more than one is snoozed for [`BUSY_SNOOZE`], so a busy tracepoint
 /// costs one read per snooze, not one per hit.
-fn on_ring(w: &mut Watched, ring: usize, now: Instant, buf: &mut Vec<u8>, sink: &Sink) {
+fn on_ring(
+    w: &mut Watched,
+    ring: usize,
+    now: Instant,
+    buf: &mut Vec<u8>,
+    names: &mut CgroupNames,
+    sink: &Sink,
+) {
     let Source::Tracepoint {
         event,
         rings,
         snoozed,
+        layout,
     } = &mut w.source
     else {
         return;
     };
     buf.clear();
     rings[ring].drain(buf);
-    let hits = parse_hits(buf);
+    let hits = parse_hits(buf, layout);
     if hits.total() > 1 {
         snoozed[ring] = Some(now + BUSY_SNOOZE);
     }
@@ -145,15 +179,11 @@ fn on_ring(w: &mut Watched, ring: usize, now: Instant, buf: &mut Vec<u8>, sink: 
         return;
     }
     let matched = match hits.sampled.first() {
-        Some(h) => format!(
-            "{event} on CPU {} by pid {}{}",
-            h.cpu,
-            h.pid,
-            comm_of(h.pid)
-                .map(|c| format!(" ({c})"))
-                .unwrap_or_default()
-        ),
-        None => format!("{event} ({} hits the ring had no room for)", hits.lost),
+        Some(h) => hit_match(event, h, w.scope == TriggerScope::Matched, names),
+        None => Match {
+            text: format!("{event} ({} hits the ring had no room for)", hits.lost),
+            cgroup: None,
+        },
     };
     // A burst's hits beyond what the gate can use change nothing but the
     // count of suppressed firings: capped so a flood costs bounded work.
@@ -167,32 +197,79 @@ fn on_ring(w: &mut Watched, ring: usize, now: Instant, buf: &mut Vec<u8>, sink: 
     );
 }
 
+/// What hit `h` of `event` matched: the CPU and task, the victim a
+/// tracepoint names, and the cgroup (the victim's, else the task's) when
+/// the trigger's snapshots hold it or a victim is named.
+fn hit_match(event: &str, h: &Hit, scoped: bool, names: &mut CgroupNames) -> Match {
+    let mut text = format!(
+        "{event} on CPU {} by pid {}{}",
+        h.cpu,
+        h.pid,
+        comm_of(h.pid)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    );
+    let mut cgroup = None;
+    if let Some(v) = &h.subject {
+        text.push_str(&format!(": victim pid {}", v.pid));
+        if !v.comm.is_empty() {
+            text.push_str(&format!(" ({})", v.comm));
+        }
+        cgroup = names.of_pid(v.pid);
+    }
+    if cgroup.is_none()
+        && (scoped || h.subject.is_some())
+        && let Some(id) = h.cgroup
+    {
+        cgroup = names.path_of(id, Some(h.pid));
+    }
+    if let Some(c) = &cgroup {
+        text.push_str(&format!(" in cgroup {c}"));
+    }
+    Match { text, cgroup }
+}
+
 /// A PSI file is ready: the threshold was crossed, or the file broke (its
-/// cgroup removed), which stops this trigger.
-fn on_psi(w: &mut Watched, revents: PollFlags, now: Instant, sink: &Sink) {
-    let Source::Psi {
-        path, text, broken, ..
-    } = &mut w.source
-    else {
+/// cgroup removed), which stops watching it.
+fn on_psi(w: &mut Watched, file: usize, revents: PollFlags, now: Instant, sink: &Sink) {
+    let Source::Psi { watch, text } = &mut w.source else {
+        return;
+    };
+    let Some(f) = watch.files.get_mut(file) else {
         return;
     };
     if revents.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
-        tracing::error!(
-            trigger = %w.name,
-            "{} reports an error (removed cgroup?): this trigger stops",
-            path.display()
-        );
-        *broken = true;
+        if watch.cgroups.is_some() {
+            tracing::info!(
+                trigger = %w.name,
+                "{} reports an error (its cgroup was removed): no longer watched",
+                f.path.display()
+            );
+        } else {
+            tracing::error!(
+                trigger = %w.name,
+                "{} reports an error: this trigger stops",
+                f.path.display()
+            );
+        }
+        f.broken = true;
         return;
     }
     if revents.contains(PollFlags::POLLPRI) {
-        let matched = format!("pressure {text} ({})", path.display());
+        let matched = Match {
+            text: match &f.cgroup {
+                Some(c) => format!("pressure {text} in cgroup {c} ({})", f.path.display()),
+                None => format!("pressure {text} ({})", f.path.display()),
+            },
+            cgroup: f.cgroup.clone(),
+        };
         judge(w, now, 1, false, matched, sink);
     }
 }
 
 /// The periodic conditions that are due: intervals fire, loss triggers
-/// read the loss counters.
+/// read the loss counters, memory triggers their cgroups' counters, and
+/// globs are expanded again.
 fn on_ticks(watched: &mut [Watched], now: Instant, losses: &LossReader, sink: &Sink) {
     for w in watched {
         match &mut w.source {
@@ -200,7 +277,10 @@ fn on_ticks(watched: &mut [Watched], now: Instant, losses: &LossReader, sink: &S
                 while *next <= now {
                     *next += *every;
                 }
-                let matched = format!("every {}", flightrec_config::HumanDuration(*every));
+                let matched = Match {
+                    text: format!("every {}", flightrec_config::HumanDuration(*every)),
+                    cgroup: None,
+                };
                 judge(w, now, 1, false, matched, sink);
             }
             Source::Loss { last, next } if *next <= now => {
@@ -210,10 +290,39 @@ fn on_ticks(watched: &mut [Watched], now: Instant, losses: &LossReader, sink: &S
                 *last = Some(total);
                 if grown > 0 {
                     let rules = w.gate.rules();
-                    let matched = format!("{grown} samples or tracking records lost");
+                    let matched = Match {
+                        text: format!("{grown} samples or tracking records lost"),
+                        cgroup: None,
+                    };
                     // More than `count` lost at once fires once: the rest
                     // would only be suppressed by the cooldown.
                     judge(w, now, grown.min(rules.count), true, matched, sink);
+                }
+            }
+            Source::Psi { watch, .. } => {
+                if let Some(c) = &mut watch.cgroups
+                    && c.next_scan <= now
+                {
+                    c.next_scan = now + RESCAN;
+                    watch.rescan(&w.name);
+                }
+            }
+            Source::CgroupMemory(m) => {
+                if m.next_scan <= now {
+                    m.next_scan = now + RESCAN;
+                    m.rescan(&w.name);
+                }
+                if m.next_poll > now {
+                    continue;
+                }
+                m.next_poll = now + MEMORY_POLL;
+                let count = w.gate.rules().count;
+                for grown in m.poll() {
+                    let matched = Match {
+                        text: grown.matched,
+                        cgroup: Some(grown.cgroup),
+                    };
+                    judge(w, now, grown.times.min(count), true, matched, sink);
                 }
             }
             _ => {}
@@ -229,7 +338,7 @@ fn comm_of(pid: u32) -> Option<String> {
 /// Runs `w`'s gate over `n` matches (or one firing without counting, when
 /// `count` is false) and reports each verdict other than Counting, once
 /// per verdict with how many times it happened.
-fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: String, sink: &Sink) {
+fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: Match, sink: &Sink) {
     let (mut dumps, mut cooldown, mut hourly) = (0u64, 0u64, 0u64);
     let mut last = [None, None, None];
     for _ in 0..n {
@@ -259,13 +368,15 @@ fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: String, si
         if let (true, Some(verdict)) = (times > 0, verdict) {
             sink(Fired {
                 name: w.name.clone(),
-                matched: matched.clone(),
+                matched: matched.text.clone(),
                 verdict,
                 times,
                 label: w.label.clone(),
                 compress: w.compress,
                 delay: w.delay,
                 before: w.before,
+                scope: w.scope.clone(),
+                cgroup: matched.cgroup.clone(),
             });
         }
     }

@@ -20,8 +20,10 @@ pub struct Args {
     /// memory, loss, lookback, fleet; compress-priority, history (about
     /// 20 minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
     /// sched_switch call chains or switch records), report (`snapctl report`/`export` vs `perf report`)
-    /// and write (SIGUSR2 → complete file with the load in a cgroup of its
-    /// own and in the recorder's, about 12 minutes a run), only when named).
+    /// cgroups (cgroup ids on and off, a dump scoped to one cgroup, memory
+    /// for 1,000 cgroups) and write (SIGUSR2 → complete file with the load
+    /// in a cgroup of its own and in the recorder's, about 12 minutes a
+    /// run), only when named).
     #[arg(
         long,
         value_delimiter = ',',

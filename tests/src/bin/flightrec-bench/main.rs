@@ -115,6 +115,9 @@ fn main() -> Result<()> {
             sections.push(scenarios::snapshot(&args, 4 * MIB, events)?);
         }
     }
+    if args.wants("cgroups") {
+        sections.extend(scenarios::cgroups(&args)?);
+    }
     if args.wants("report") {
         for ring in [4 * MIB, 32 * MIB] {
             sections.push(scenarios::report(&args, ring)?);

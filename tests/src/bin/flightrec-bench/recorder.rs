@@ -110,6 +110,10 @@ pub struct Setup {
     /// Both recorders started under `nice -n N` (systemd's `Nice=`: every
     /// thread of the process).
     pub nice: Option<i32>,
+    /// Every sample's cgroup id and the cgroups named in the snapshot:
+    /// flightrec's `[containers] cgroups` (on by default), perf's
+    /// `--all-cgroups`.
+    pub cgroups: bool,
 }
 
 /// Files in perf's disk ring (`--switch-max-files`).
@@ -137,6 +141,7 @@ impl Setup {
             clock_hz: None,
             writer_nice: None,
             nice: None,
+            cgroups: true,
         }
     }
 
@@ -271,12 +276,14 @@ impl Recorder {
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
                          [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
                          [snapshot]\n{compression}min_interval = \"0s\"\n{writer_nice}\n\
-                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n{history}{fleet}",
+                         [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n\
+                         [containers]\ncgroups = {cgroups}\nruntime_sockets = []\n\n{history}{fleet}",
                         sock = dir.path().join("flightrecd.sock").display(),
                         out = snapshots.display(),
                         ring = setup.ring_bytes_per_cpu,
                         lossless = setup.lossless_freeze,
                         events = setup.flightrec_events(),
+                        cgroups = setup.cgroups,
                     ),
                 )?;
                 niced(setup.nice, flightrec_tests::bin_path("flightrecd"))
@@ -320,6 +327,9 @@ impl Recorder {
                 }
                 if setup.monotonic {
                     cmd.args(["-k", "monotonic"]);
+                }
+                if setup.cgroups {
+                    cmd.arg("--all-cgroups");
                 }
                 cmd.stdout(Stdio::null())
                     .stderr(log)

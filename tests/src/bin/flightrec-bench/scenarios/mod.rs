@@ -1,6 +1,7 @@
 //! The scenarios, each measuring both recorders the same way and returning
 //! one table.
 
+mod cgroups;
 mod compress_priority;
 mod compression;
 mod fleet;
@@ -26,6 +27,7 @@ use crate::report::{Row, show};
 use crate::stats::{Summary, ratio};
 use crate::workload::BackgroundLoad;
 
+pub use cgroups::cgroups;
 pub use compress_priority::compress_priority;
 pub use compression::compression;
 pub use fleet::fleet;
@@ -33,10 +35,10 @@ pub use history::history;
 pub use lookback::lookback;
 pub use loss::loss;
 pub use memory::{dump_vs_log_fill, memory};
-pub use overhead::overhead;
+pub use overhead::{overhead, overhead_of};
 pub use report::report;
 pub use scaling::scaling;
-pub use snapshot::snapshot;
+pub use snapshot::{snapshot, snapshot_of};
 pub use soak::soak;
 pub use trigger::trigger;
 pub use write::write;

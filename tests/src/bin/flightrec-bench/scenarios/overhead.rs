@@ -8,7 +8,7 @@ use crate::MIB;
 use crate::cli::Args;
 use crate::procfs;
 use crate::recorder::{EventSet, Recorder, Setup};
-use crate::report::{Row, Section, show};
+use crate::report::{Row, Section, human_bytes, show};
 use crate::stats::{Summary, ratio};
 use crate::workload::Workload;
 
@@ -19,6 +19,12 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
         events,
         ..Setup::switch_and_clock(4 * MIB)
     };
+    overhead_of(args, setup, workload)
+}
+
+/// Scenario 1 with both recorders configured as `setup` says.
+pub fn overhead_of(args: &Args, setup: Setup, workload: Workload) -> Result<Section> {
+    let events = setup.events;
     let mut wall: [Vec<f64>; 3] = Default::default();
     let mut cpu_share: [Vec<f64>; 2] = Default::default();
     let mut rss: [Vec<f64>; 2] = Default::default();
@@ -45,9 +51,10 @@ pub fn overhead(args: &Args, events: EventSet, workload: Workload) -> Result<Sec
     let [fr_rss, pf_rss] = rss.map(|v| Summary::of(&v));
     Ok(Section {
         title: format!(
-            "Overhead: {} under {}, 4 MiB/CPU",
+            "Overhead: {} under {}, {}/CPU",
             workload.name(),
-            events.name()
+            events.name(),
+            human_bytes(setup.ring_bytes_per_cpu)
         ),
         rows: super::wall_time_rows(bare, fr, pf)
             .into_iter()

@@ -18,6 +18,12 @@ pub fn snapshot(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
         events,
         ..Setup::switch_and_clock(ring)
     };
+    snapshot_of(args, setup)
+}
+
+/// Scenarios 2 and 3 with both recorders configured as `setup` says.
+pub fn snapshot_of(args: &Args, setup: Setup) -> Result<Section> {
+    let (ring, events) = (setup.ring_bytes_per_cpu, setup.events);
     let mut signal_ms: [Vec<f64>; 2] = Default::default();
     let mut snapctl_ms = Vec::new();
     let mut contents: [Vec<Content>; 2] = Default::default();

@@ -1,15 +1,24 @@
-//! Reading a perf.data file this project wrote: header, the bytes before
-//! the data section (ids, attrs), the data section, the feature sections;
-//! a plain copy of a compressed file; the BUILD_ID table. Every offset is
-//! checked; bad input is an error, never a panic.
+//! Reading a perf.data file: header, the bytes before the data section
+//! (ids, attrs), the data section, the feature sections ([`parse`], over
+//! bytes in memory; [`layout`], through any `Read + Seek`); a plain copy of
+//! a compressed file, made as it is read and bounded ([`plain`]); the
+//! BUILD_ID table. Every offset is checked against the file before
+//! anything is read or allocated from it; bad input is an error, never a
+//! panic.
+
+pub mod layout;
+pub mod plain;
+
+use std::io::{Cursor, Read};
 
 use thiserror::Error;
 
-use crate::abi::{HEADER_SIZE, get_u64, misc, record_type};
-use crate::format::{
-    FILE_HEADER_SIZE, LevelError, bit, feature_bits, feature_index, file_header, is_perf_data,
-};
+use crate::abi::misc;
+use crate::format::{LevelError, bit};
 use crate::records::file_records;
+
+pub use layout::{FileLayout, Section};
+pub use plain::{DEFAULT_LIMIT_TEXT, PlainFile, default_limit};
 
 /// A BUILD_ID entry up to its file name: header, pid, 24-byte id area.
 const BUILD_ID_ENTRY_HEAD: usize = 36;
@@ -41,8 +50,38 @@ pub enum ReadError {
     NotCompressed,
     #[error("decompressing the records: {0}")]
     Decompress(std::io::Error),
-    #[error("the decompressed records take more than {limit} bytes")]
+    #[error("its records take more than {} once decompressed", mib(*limit))]
     DecompressedTooLarge { limit: u64 },
+    #[error("the header's attr size {size} is not that of a perf_event_attr and its ids")]
+    BadAttrSize { size: u64 },
+    #[error("the {what} section is malformed: {why}")]
+    BadFeature { what: &'static str, why: String },
+}
+
+impl ReadError {
+    /// The error behind an I/O error from a [`PlainFile`] read: its own
+    /// (the limit, torn data) when it is one, else the I/O error.
+    pub fn from_io(e: std::io::Error) -> ReadError {
+        if e.get_ref().is_some_and(|inner| inner.is::<ReadError>()) {
+            if let Some(Ok(read)) = e.into_inner().map(|inner| inner.downcast::<ReadError>()) {
+                return *read;
+            }
+            return ReadError::Io(std::io::ErrorKind::Other.into());
+        }
+        ReadError::Io(e)
+    }
+}
+
+/// `16 MiB (16777216 bytes)`: a limit in words.
+pub fn mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!(
+            "{:.1} MiB ({bytes} bytes)",
+            bytes as f64 / f64::from(1 << 20)
+        )
+    }
 }
 
 /// A parsed PERFILE2 file, borrowing from its bytes.
@@ -58,56 +97,19 @@ pub struct ParsedFile<'a> {
     pub features: Vec<(u32, &'a [u8])>,
 }
 
-fn section<'a>(
-    bytes: &'a [u8],
-    what: &'static str,
-    offset: u64,
-    size: u64,
-) -> Result<&'a [u8], ReadError> {
-    let len = bytes.len() as u64;
-    let oob = || ReadError::OutOfBounds {
-        what,
-        offset,
-        size,
-        len,
-    };
-    let end = offset.checked_add(size).ok_or_else(oob)?;
-    if end > len {
-        return Err(oob());
-    }
-    Ok(&bytes[offset as usize..end as usize])
-}
-
 pub fn parse(bytes: &[u8]) -> Result<ParsedFile<'_>, ReadError> {
-    if !is_perf_data(bytes) {
-        return Err(ReadError::NotPerfData);
-    }
-    let attrs = (get_u64(bytes, 0x18), get_u64(bytes, 0x20));
-    section(bytes, "attrs", attrs.0, attrs.1)?;
-    let (data_offset, data_size) = (get_u64(bytes, 0x28), get_u64(bytes, 0x30));
-    let data = section(bytes, "data", data_offset, data_size)?;
-    if data_offset < FILE_HEADER_SIZE as u64 || attrs.0.saturating_add(attrs.1) > data_offset {
-        return Err(ReadError::OutOfBounds {
-            what: "data",
-            offset: data_offset,
-            size: data_size,
-            len: bytes.len() as u64,
-        });
-    }
-    let bits = feature_bits(bytes);
-    let index_offset = data_offset + data_size;
-    let index = section(bytes, "feature index", index_offset, bits.len() as u64 * 16)?;
-    let mut feats = Vec::with_capacity(bits.len());
-    for (i, b) in bits.into_iter().enumerate() {
-        let off = get_u64(index, i * 16);
-        let size = get_u64(index, i * 16 + 8);
-        feats.push((b, section(bytes, "feature", off, size)?));
-    }
+    let layout = FileLayout::read(&mut Cursor::new(bytes))?;
+    // Every section lies inside `bytes` (checked), so these slices hold.
+    let slice = |s: Section| &bytes[s.offset as usize..s.end() as usize];
     Ok(ParsedFile {
-        before_data: &bytes[..data_offset as usize],
-        data,
-        attrs,
-        features: feats,
+        before_data: &bytes[..layout.data.offset as usize],
+        data: slice(layout.data),
+        attrs: (layout.attrs.offset, layout.attrs.size),
+        features: layout
+            .features
+            .iter()
+            .map(|(b, s)| (*b, slice(*s)))
+            .collect(),
     })
 }
 
@@ -116,57 +118,16 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedFile<'_>, ReadError> {
 /// it holds (all of them one zstd stream, as perf reads them), the
 /// COMPRESSED feature dropped, everything else kept byte for byte.
 /// `limit` bounds the decompressed data (a hostile file could expand to
-/// anything).
+/// anything). In memory: [`PlainFile`] makes the same copy as it is read.
 pub fn decompress(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
-    use std::io::Write;
-    let file = parse(bytes)?;
-    if !file.features.iter().any(|(b, _)| *b == bit::COMPRESSED) {
+    let mut src = Cursor::new(bytes);
+    let layout = FileLayout::read(&mut src)?;
+    if !layout.is_compressed() {
         return Err(ReadError::NotCompressed);
     }
-    let mut stream =
-        zstd::stream::write::Decoder::new(Vec::new()).map_err(ReadError::Decompress)?;
-    for record in file_records(file.data) {
-        let (header, record) = record.map_err(|c| ReadError::TornData {
-            torn: file.data.len() as u64 - c.offset,
-        })?;
-        if header.type_ == record_type::COMPRESSED {
-            stream
-                .write_all(&record[HEADER_SIZE..])
-                .and_then(|()| stream.flush())
-                .map_err(ReadError::Decompress)?;
-        } else {
-            stream.get_mut().extend_from_slice(record);
-        }
-        if stream.get_ref().len() as u64 > limit {
-            return Err(ReadError::DecompressedTooLarge { limit });
-        }
-    }
-    let data = stream.into_inner();
-    let feats: Vec<(u32, &[u8])> = file
-        .features
-        .iter()
-        .filter(|(b, _)| *b != bit::COMPRESSED)
-        .copied()
-        .collect();
-    let bits: Vec<u32> = feats.iter().map(|(b, _)| *b).collect();
-    let data_offset = file.before_data.len() as u64;
-    let index_offset = data_offset + data.len() as u64;
-    let (index, _) = feature_index(
-        index_offset,
-        &feats.iter().map(|(_, b)| b).collect::<Vec<_>>(),
-    );
-    let mut out = Vec::with_capacity(bytes.len() + data.len());
-    out.extend_from_slice(&file_header(
-        file.attrs,
-        (data_offset, data.len() as u64),
-        &bits,
-    ));
-    out.extend_from_slice(&file.before_data[FILE_HEADER_SIZE..]);
-    out.extend_from_slice(&data);
-    out.extend_from_slice(&index);
-    for (_, body) in feats {
-        out.extend_from_slice(body);
-    }
+    let mut view = PlainFile::open(src, layout, limit)?;
+    let mut out = Vec::with_capacity(usize::try_from(view.len()).unwrap_or(0));
+    view.read_to_end(&mut out).map_err(ReadError::from_io)?;
     Ok(out)
 }
 
@@ -183,9 +144,17 @@ pub struct BuildIdTableEntry {
 /// Entries that do not parse end the list.
 pub fn build_id_table(bytes: &[u8]) -> Result<Vec<BuildIdTableEntry>, ReadError> {
     let file = parse(bytes)?;
-    let Some((_, body)) = file.features.iter().find(|(b, _)| *b == bit::BUILD_ID) else {
-        return Ok(Vec::new());
-    };
+    Ok(file
+        .features
+        .iter()
+        .find(|(b, _)| *b == bit::BUILD_ID)
+        .map(|(_, body)| build_id_entries(body))
+        .unwrap_or_default())
+}
+
+/// The entries of a BUILD_ID feature's `body`. Entries that do not parse
+/// end the list.
+pub fn build_id_entries(body: &[u8]) -> Vec<BuildIdTableEntry> {
     let mut out = Vec::new();
     for entry in file_records(body).map_while(Result::ok) {
         let (header, entry) = entry;
@@ -206,12 +175,13 @@ pub fn build_id_table(bytes: &[u8]) -> Result<Vec<BuildIdTableEntry>, ReadError>
             filename: String::from_utf8_lossy(name).into_owned(),
         });
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::file_header;
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {

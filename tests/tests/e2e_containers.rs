@@ -1,0 +1,384 @@
+//! End to end: containers. Every sample knows its cgroup, as perf's does;
+//! a dump scoped to a container holds it alone; a container gone before
+//! the dump is still named; the runtime names it; bad requests and keys
+//! are named. Real Podman (runc, cgroupfs), real cgroups, real perf.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flightrec_tests::containers::{Cgroup, Container};
+use flightrec_tests::{Daemon, copy_executable, require_root, test_config};
+use serde_json::Value;
+
+/// The rows of `perf report --stdio` with `args` for the section of
+/// `event` (perf prints one per event), split at whitespace.
+fn report_rows(path: &Path, args: &[&str], event: &str) -> Vec<Vec<String>> {
+    let out = Command::new("perf")
+        .args(["report", "--stdio", "--no-children"])
+        .args(args)
+        .arg("-i")
+        .arg(path)
+        .output()
+        .expect("perf report");
+    assert!(out.status.success(), "perf report: {out:?}");
+    let mut current = String::new();
+    let mut rows = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rest) = line.strip_prefix("# Samples:") {
+            current = rest
+                .split_once("of event '")
+                .map(|(_, e)| e.trim_end_matches('\'').to_string())
+                .unwrap_or_default();
+        } else if current == event && !line.starts_with('#') && !line.trim().is_empty() {
+            rows.push(line.split_whitespace().map(str::to_string).collect());
+        }
+    }
+    rows
+}
+
+/// `perf report --sort cgroup` of a file: share (percent) per cgroup path.
+fn cgroup_shares(path: &Path, event: &str) -> BTreeMap<String, f64> {
+    report_rows(path, &["--sort", "cgroup"], event)
+        .into_iter()
+        .filter_map(|row| {
+            let pct = row.first()?.strip_suffix('%')?.parse().ok()?;
+            Some((row.get(1)?.clone(), pct))
+        })
+        .collect()
+}
+
+/// A daemon with 32 MiB rings (several seconds under load), cgroups
+/// on, its runtime socket `socket` if any.
+fn daemon(socket: Option<&Path>) -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sockets = socket.map_or(String::from("[]"), |s| format!("[\"{}\"]", s.display()));
+    let text = test_config(
+        dir.path(),
+        &format!(
+            "[snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n\n[containers]\n\
+             cgroups = true\nruntime_sockets = {sockets}\n"
+        ),
+    )
+    .replace("per_cpu = \"256KiB\"", "per_cpu = \"32MiB\"")
+    .replace("frequency = 999", "frequency = 4000");
+    Daemon::start_in(dir, &text, &[])
+}
+
+/// A CPU-bound program named `name` (a copy of `yes`), in `cgroup`.
+fn burner(cgroup: &Cgroup, dir: &Path, name: &str) -> std::process::Child {
+    let bin = dir.join(name);
+    copy_executable("/usr/bin/yes", &bin);
+    cgroup.spawn(&bin, &[])
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn every_sample_knows_its_cgroup_with_the_shares_perf_gives() {
+    require_root("every_sample_knows_its_cgroup_with_the_shares_perf_gives");
+    let d = daemon(None);
+    let status = d.json(&["status"]);
+    assert_eq!(status["cgroups"]["recorded"], true, "{status}");
+    let busy = Container::run("fr-e2e-share", &[], "while :; do :; done");
+    let other = Cgroup::make("/fr-e2e-share/other.service");
+    let mut child = burner(&other, d.dir.path(), "fr-other-burn");
+    std::thread::sleep(Duration::from_millis(500));
+    // perf over five seconds at the daemon's rate, on the daemon's clock
+    // (CLOCK_MONOTONIC), then a dump of exactly the span of its samples
+    // (40,000 samples: a share's sampling error is well under the point
+    // allowed).
+    let perf_file = d.dir.path().join("perf.data");
+    let perf = Command::new("perf")
+        .args(["record", "-q", "--all-cgroups", "-a", "-k", "monotonic"])
+        .args(["-e", "cpu-clock", "-F", "4000", "-o"])
+        .arg(&perf_file)
+        .args(["--", "sleep", "5"])
+        .stderr(Stdio::null())
+        .status()
+        .expect("perf record");
+    assert!(perf.success());
+    let header = Command::new("perf")
+        .args(["report", "--header-only", "-i"])
+        .arg(&perf_file)
+        .output()
+        .expect("perf report --header-only");
+    let header = String::from_utf8_lossy(&header.stdout).into_owned();
+    let seconds = |key: &str| -> f64 {
+        header
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_start_matches(':').trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key:?} in perf's header:\n{header}"))
+    };
+    let (first, last) = (
+        seconds("# time of first sample"),
+        seconds("# time of last sample"),
+    );
+    let realtime_minus_monotonic = {
+        use nix::time::{ClockId, clock_gettime};
+        let ns = |c| {
+            let t = clock_gettime(c).expect("clock_gettime");
+            t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9
+        };
+        ns(ClockId::CLOCK_REALTIME) - ns(ClockId::CLOCK_MONOTONIC)
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let at = format!(
+        "-{}us",
+        ((now - last - realtime_minus_monotonic) * 1e6) as u64
+    );
+    let before = format!("{}us", ((last - first) * 1e6) as u64);
+    let v = d.json(&["dump", "--at", &at, "--before", &before]);
+    assert_eq!(
+        v["window_missing_ns"], 0,
+        "the rings held the whole window: {v}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let ours = cgroup_shares(Path::new(v["path"].as_str().unwrap()), "cpu-clock");
+    let theirs = cgroup_shares(&perf_file, "cpu-clock");
+    eprintln!("flightrec {ours:?}\nperf {theirs:?}");
+    for cgroup in [busy.cgroup(), other.path.clone()] {
+        let (a, b) = (
+            ours.get(&cgroup).copied().unwrap_or(0.0),
+            theirs.get(&cgroup).copied().unwrap_or(0.0),
+        );
+        assert!(
+            b > 10.0,
+            "{cgroup} has {b}% in perf: not busy enough to compare"
+        );
+        assert!(
+            (a - b).abs() <= 1.0,
+            "{cgroup}: {a:.2}% in flightrec's snapshot, {b:.2}% in perf's"
+        );
+    }
+    // The sidecar and List name the container.
+    let listed = d.list();
+    let snap = listed
+        .iter()
+        .find(|s| s["path"] == v["path"])
+        .expect("listed");
+    let containers = snap["containers"].as_array().expect("containers");
+    assert!(
+        containers
+            .iter()
+            .any(|c| c["runtime"] == "podman"
+                && busy.id.starts_with(c["id"].as_str().unwrap_or("-"))),
+        "{snap}"
+    );
+    assert!(
+        containers
+            .iter()
+            .any(|c| c["runtime"] == "systemd" && c["id"] == "other.service"),
+        "{snap}"
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_dump_scoped_to_a_container_holds_it_alone() {
+    require_root("a_dump_scoped_to_a_container_holds_it_alone");
+    let d = daemon(None);
+    let busy = Container::run("fr-e2e-scope", &[], "while :; do :; done");
+    let other = Cgroup::make("/fr-e2e-scope/secret.service");
+    let mut child = burner(&other, d.dir.path(), "fr-secret-burn");
+    std::thread::sleep(Duration::from_secs(2));
+    // The same second, twice: the whole machine and the container alone.
+    let at = "-500ms";
+    let whole = d.json(&["dump", "--at", at, "--before", "1s", "--label", "whole"]);
+    let scoped = d.json(&[
+        "dump",
+        "--at",
+        at,
+        "--before",
+        "1s",
+        "--container",
+        &busy.id[..12],
+        "--label",
+        "scoped",
+    ]);
+    let by_name = d.json(&["dump", "--cgroup", &busy.cgroup(), "--label", "by-path"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let path = |v: &Value| v["path"].as_str().unwrap().to_string();
+    let scoped_shares = cgroup_shares(Path::new(&path(&scoped)), "cpu-clock");
+    assert_eq!(
+        scoped_shares.keys().collect::<Vec<_>>(),
+        [&busy.cgroup()],
+        "every sample of the scoped dump is the container's"
+    );
+    let samples_of = |p: &str, cgroup: &str| -> u64 {
+        report_rows(Path::new(p), &["-F", "sample,cgroup"], "cpu-clock")
+            .into_iter()
+            .filter(|row| row.get(1).is_some_and(|c| c == cgroup))
+            .filter_map(|row| row.first()?.parse::<u64>().ok())
+            .sum()
+    };
+    let (in_scoped, in_whole) = (
+        samples_of(&path(&scoped), &busy.cgroup()),
+        samples_of(&path(&whole), &busy.cgroup()),
+    );
+    eprintln!("container samples: scoped {in_scoped}, whole {in_whole}");
+    assert!(in_whole > 100, "{in_whole}");
+    assert!(
+        in_scoped as f64 >= 0.95 * in_whole as f64,
+        "the scoped dump holds {in_scoped} of the container's {in_whole} samples"
+    );
+    // Nothing of the other one: neither its name nor its path.
+    let script = Command::new("perf")
+        .args(["script", "-i", &path(&scoped)])
+        .output()
+        .expect("perf script");
+    let text = String::from_utf8_lossy(&script.stdout);
+    assert!(text.lines().count() > 100);
+    assert!(
+        !text.contains("fr-secret-burn"),
+        "the other process's name leaked"
+    );
+    assert!(
+        !text.contains("secret.service"),
+        "the other cgroup's path leaked"
+    );
+    let raw = std::fs::read(path(&scoped)).unwrap();
+    assert!(
+        !raw.windows(b"fr-secret-burn".len())
+            .any(|w| w == b"fr-secret-burn"),
+        "the other process's name is in the file"
+    );
+    assert_eq!(scoped["scope"], format!("container:{}", &busy.id[..12]));
+    assert!(
+        cgroup_shares(Path::new(&path(&by_name)), "cpu-clock")
+            .keys()
+            .all(|k| k == &busy.cgroup())
+    );
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_container_gone_before_the_dump_is_still_named_and_by_its_runtime() {
+    require_root("a_container_gone_before_the_dump_is_still_named_and_by_its_runtime");
+    // Podman's Docker-compatible API on a socket of the test's own.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("podman.sock");
+    let mut service = Command::new("podman")
+        .args([
+            "--runtime",
+            "runc",
+            "--cgroup-manager",
+            "cgroupfs",
+            "system",
+            "service",
+            "--time=0",
+        ])
+        .arg(format!("unix://{}", socket.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("podman system service");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "podman system service never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let d = daemon(Some(&socket));
+    let gone = Container::run(
+        "fr-e2e-gone",
+        &["io.kubernetes.pod.name=fr-pod"],
+        "while :; do :; done",
+    );
+    let cgroup = gone.cgroup();
+    // A witness that the daemon named it: a dump listing it by name.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = d.json(&["dump", "--before", "1s"]);
+        let snap = d
+            .list()
+            .into_iter()
+            .find(|s| s["path"] == v["path"])
+            .expect("listed");
+        let named = snap["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "fr-e2e-gone" && c["pod"] == "fr-pod");
+        if named {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never named by the runtime: {snap}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    gone.remove();
+    assert!(
+        !Path::new(&format!(
+            "{}{}",
+            flightrec_tests::containers::cgroup2_mount().display(),
+            cgroup
+        ))
+        .exists(),
+        "podman removed its cgroup"
+    );
+    let v = d.json(&["dump", "--label", "after"]);
+    let shares = cgroup_shares(Path::new(v["path"].as_str().unwrap()), "cpu-clock");
+    assert!(
+        shares.contains_key(&cgroup),
+        "the gone container's cgroup {cgroup} is not named: {shares:?}"
+    );
+    let _ = service.kill();
+    let _ = service.wait();
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn bad_scopes_are_named_in_requests_and_the_config() {
+    require_root("bad_scopes_are_named_in_requests_and_the_config");
+    let d = daemon(None);
+    let refused = |args: &[&str], code: &str, wanted: &str| {
+        let out = d.snapctl(&[&["--json", "dump"], args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err: Value = serde_json::from_slice(&out.stderr).expect("JSON error");
+        assert_eq!(err["code"], code, "{args:?}: {err}");
+        assert!(
+            err["error"].as_str().unwrap().contains(wanted),
+            "{args:?}: {err}"
+        );
+    };
+    refused(
+        &["--cgroup", "relative/path"],
+        "InvalidArgument",
+        "cgroup: ",
+    );
+    refused(&["--container", "a b"], "InvalidArgument", "container: ");
+    refused(
+        &["--container", "no-such-container"],
+        "FailedPrecondition",
+        "container:no-such-container",
+    );
+    refused(
+        &["--cgroup", "/no/such/cgroup"],
+        "FailedPrecondition",
+        "cgroup:/no/such/cgroup",
+    );
+    let config = d.dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[containers]\nruntime_sockets = [\"relative.sock\"]\n",
+    )
+    .unwrap();
+    let out = flightrec_tests::flightrecd_to_end("--check-config", &config);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":2:20") && err.contains("not an absolute path"),
+        "line and column: {err}"
+    );
+}
