@@ -116,9 +116,13 @@ pub struct SnapshotConfig {
     pub min_interval: HumanDuration,
     /// Keep recording this long after a trigger before freezing the rings.
     pub post_trigger_delay: Spanned<HumanDuration>,
-    /// SCHED_FIFO priority of the threads that run a dump or a compression
-    /// (0 = normal priority), so a loaded machine does not starve them.
+    /// SCHED_FIFO priority of the threads from a trigger to the frozen
+    /// rings (0 = normal priority), so a loaded machine does not starve them.
     pub realtime_priority: Spanned<u8>,
+    /// Nice of the dump thread while it writes a snapshot (after the
+    /// freeze), -20..=19: raised so a loaded machine does not make the
+    /// file wait, without a realtime policy.
+    pub writer_nice: Spanned<i32>,
 }
 
 /// `[retention]`: zero disables a limit.
@@ -264,6 +268,7 @@ impl Default for SnapshotConfig {
             min_interval: HumanDuration::secs(1),
             post_trigger_delay: unspanned(HumanDuration::secs(0)),
             realtime_priority: unspanned(1),
+            writer_nice: unspanned(-10),
         }
     }
 }

@@ -300,8 +300,8 @@ impl EventConfig {
 }
 
 impl SnapshotConfig {
-    /// The compression level, the dumping thread's priority and the delay
-    /// after a trigger.
+    /// The compression level, the dumping thread's priorities and the
+    /// delay after a trigger.
     fn validate(&self) -> Result<(), (Range<usize>, String)> {
         let level = &self.level;
         if !(1..=22).contains(level.get_ref()) {
@@ -321,6 +321,17 @@ impl SnapshotConfig {
                     "snapshot.realtime_priority = {} is out of range: SCHED_FIFO priorities \
                      are 1 to 99 (0 for normal priority)",
                     priority.get_ref()
+                ),
+            ));
+        }
+        let nice = &self.writer_nice;
+        if !(-20..=19).contains(nice.get_ref()) {
+            return Err((
+                nice.span(),
+                format!(
+                    "snapshot.writer_nice = {} is out of range: nice values are -20 (highest \
+                     priority) to 19 (lowest)",
+                    nice.get_ref()
                 ),
             ));
         }
@@ -415,6 +426,23 @@ mod tests {
             2,
             21,
             "SCHED_FIFO priorities are 1 to 99",
+        );
+    }
+
+    #[test]
+    fn writer_nice_out_of_range_is_located() {
+        rejected_at(
+            "[snapshot]\nwriter_nice = -21\n",
+            2,
+            15,
+            "nice values are -20 (highest priority) to 19",
+        );
+        rejected_at("[snapshot]\nwriter_nice = 20\n", 2, 15, "out of range");
+        rejected_at(
+            "[snapshot]\nwriter_nice = \"high\"\n",
+            2,
+            15,
+            "invalid type",
         );
     }
 

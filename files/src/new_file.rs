@@ -8,6 +8,15 @@
 //! path. [`NewFile::commit`] syncs the file, renames it to its final name
 //! (with `RENAME_NOREPLACE` unless replacing is asked for) and syncs the
 //! directory. Dropped without a commit, the temporary file is removed.
+//!
+//! A small file that must be on disk before a larger one is named (a
+//! snapshot's sidecar) need not cost syncs of its own:
+//! [`NewFile::place_unsynced`] renames it into place at once, and the
+//! larger file's [`NewFile::commit_with`] syncs it after its own data and
+//! before its own rename, then syncs the directory once for both names.
+//! On a journaling file system (ext4, xfs) the small file's sync then
+//! finds its blocks already committed with the larger file's data and
+//! costs no journal commit of its own.
 
 use std::fs::{File, Permissions};
 use std::io;
@@ -109,21 +118,62 @@ impl NewFile {
     /// [`Existing::Keep`], a file already there is left as it was: the
     /// error is [`io::ErrorKind::AlreadyExists`]).
     pub fn commit(self, existing: Existing) -> Result<File, CommitError> {
+        self.commit_with(existing, &[])
+    }
+
+    /// [`NewFile::commit`], syncing each of `placed` (files of the same
+    /// directory that [`NewFile::place_unsynced`] put in place) after this
+    /// file and before its rename: once this file's name is on disk, so
+    /// are they, their names with it (the directory is synced after).
+    pub fn commit_with(self, existing: Existing, placed: &[&File]) -> Result<File, CommitError> {
         let NewFile { temp, dir, path } = self;
         temp.as_file()
             .sync_all()
             .map_err(|source| CommitError::Sync { source })?;
-        let persisted = match existing {
-            Existing::Keep => temp.persist_noclobber(&path),
-            Existing::Replace => temp.persist(&path),
-        };
-        // A failed persist hands the temporary file back; dropping it
-        // removes it.
-        let file = persisted.map_err(|e| CommitError::Rename { source: e.error })?;
+        for file in placed {
+            file.sync_all()
+                .map_err(|source| CommitError::Sync { source })?;
+        }
+        let file = Self::rename(temp, &path, existing)?;
         File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(|source| CommitError::SyncDir { source })?;
         Ok(file)
+    }
+
+    /// Gives the file its final name now, syncing nothing: neither its
+    /// data nor its name is known to be on disk until a later
+    /// [`NewFile::commit_with`] in the same directory is given it. What a
+    /// crash leaves meanwhile must be harmless (the store removes a
+    /// sidecar whose snapshot is missing). The file is left open to be
+    /// given.
+    pub fn place_unsynced(self, existing: Existing) -> Result<File, CommitError> {
+        let NewFile { temp, path, .. } = self;
+        // The write-back starts now (Linux starts it for dirty pages on
+        // this advice), so the blocks are allocated before the larger
+        // file's sync commits the journal. An advice: a failure costs
+        // time, not safety.
+        let _ = nix::fcntl::posix_fadvise(
+            temp.as_file(),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        );
+        Self::rename(temp, &path, existing)
+    }
+
+    fn rename(
+        temp: tempfile::NamedTempFile,
+        path: &Path,
+        existing: Existing,
+    ) -> Result<File, CommitError> {
+        let persisted = match existing {
+            Existing::Keep => temp.persist_noclobber(path),
+            Existing::Replace => temp.persist(path),
+        };
+        // A failed persist hands the temporary file back; dropping it
+        // removes it.
+        persisted.map_err(|e| CommitError::Rename { source: e.error })
     }
 }
 
@@ -261,6 +311,28 @@ mod tests {
         let err = write_new(dir.path(), "out", b"x", Access::PRIVATE, Existing::Keep).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn a_placed_file_is_named_at_once_and_synced_by_the_next_commit() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut side = NewFile::create(dir.path(), ".a.meta", Access::new(0o640, None)).unwrap();
+        side.file_mut().write_all(b"meta").unwrap();
+        let side = side.place_unsynced(Existing::Replace).unwrap();
+        assert_eq!(names(dir.path()), [".a.meta"]);
+        let mut data = NewFile::create(dir.path(), "a.data", Access::PRIVATE).unwrap();
+        data.file_mut().write_all(b"data").unwrap();
+        data.commit_with(Existing::Keep, &[&side]).unwrap();
+        assert_eq!(names(dir.path()), [".a.meta", "a.data"]);
+        assert_eq!(std::fs::read(dir.path().join(".a.meta")).unwrap(), b"meta");
+        let md = std::fs::metadata(dir.path().join(".a.meta")).unwrap();
+        assert_eq!(md.mode() & 0o7777, 0o640);
+        // A name taken is refused as by a commit, the temporary file gone.
+        let taken = NewFile::create(dir.path(), "a.data", Access::PRIVATE).unwrap();
+        let err = taken.place_unsynced(Existing::Keep).unwrap_err();
+        assert_eq!(err.io().kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(names(dir.path()), [".a.meta", "a.data"]);
     }
 
     #[test]

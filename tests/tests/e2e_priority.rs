@@ -2,7 +2,9 @@
 //! rings only (issue 19, item 4). A socket-group member asking for
 //! compressions at the highest zstd level must not take the CPUs from the
 //! machine's own work: compressions run one at a time, niced, a few wait
-//! their turn and the rest are refused.
+//! their turn and the rest are refused. The dump's write runs at the nice
+//! `snapshot.writer_nice` gives it (issue 33), the dump thread alone: the
+//! workers that compress the dump are not raised.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -30,6 +32,16 @@ fn cpu_share(pid: u32, wall: Duration) -> f64 {
     ticks as f64 / ticks_per_s / started.elapsed().as_secs_f64()
 }
 
+/// Taken by each test for its whole run: one measures a loop's share of
+/// the CPUs, which the other's load would take.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn machine() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 struct BusyLoop(Child);
 
 impl BusyLoop {
@@ -54,6 +66,7 @@ impl Drop for BusyLoop {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn compressions_at_level_22_leave_a_normal_loop_at_least_half_its_cpu() {
     require_root("compressions_at_level_22_leave_a_normal_loop_at_least_half_its_cpu");
+    let _machine = machine();
     const SNAPSHOTS: usize = 4;
     let d = Daemon::start(
         "[snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n\n[retention]\nmax_snapshots = 0\n",
@@ -141,4 +154,130 @@ fn compressions_at_level_22_leave_a_normal_loop_at_least_half_its_cpu() {
         .filter(|s| s["compressed"] == true)
         .count();
     assert_eq!(compressed, 3, "{list:?}");
+}
+
+/// What one thread of a process was seen running at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    comm: String,
+    /// Scheduling policy (stat field 41): 0 normal, 1 SCHED_FIFO.
+    policy: u32,
+    nice: i32,
+}
+
+/// Every thread of `pid` as /proc shows it now (threads gone meanwhile
+/// are left out).
+fn threads(pid: u32) -> Vec<(u32, Seen)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // Field k of stat(5) is f[k - 3]: nice is 19, policy 41.
+            Some((
+                tid,
+                Seen {
+                    comm,
+                    nice: f.get(16)?.parse().ok()?,
+                    policy: f.get(38)?.parse().ok()?,
+                },
+            ))
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_dump_thread_writes_at_the_configured_nice_and_nothing_else_is_raised() {
+    require_root("the_dump_thread_writes_at_the_configured_nice_and_nothing_else_is_raised");
+    let _machine = machine();
+    const NICE: i32 = -7;
+    let d = Daemon::start(&format!(
+        "[snapshot]\ncompression = \"none\"\nlevel = 19\nmin_interval = \"0s\"\nwriter_nice = {NICE}\n\n\
+         [retention]\nmax_snapshots = 0\n"
+    ));
+    let text = std::fs::read_to_string(&d.config)
+        .unwrap()
+        .replace("per_cpu = \"256KiB\"", "per_cpu = \"4MiB\"");
+    std::fs::write(&d.config, text).unwrap();
+    assert!(d.snapctl(&["reload"]).status.success());
+    let pid = d.pid() as u32;
+    let dump_thread = || {
+        threads(pid)
+            .into_iter()
+            .find(|(_, s)| s.comm == "flightrec-dump")
+            .expect("the dump thread")
+    };
+    let (dump_tid, idle) = dump_thread();
+    // Between dumps: realtime, waiting for a trigger, at nice 0.
+    assert_eq!((idle.policy, idle.nice), (1, 0), "{idle:?}");
+
+    let _load = Load::start();
+    std::thread::sleep(Duration::from_secs(2));
+    // Watch every thread while compressed dumps are written (the first
+    // starts the workers that compress, during the write), until the
+    // dump thread is seen writing: a witness, however short the write.
+    let mut seen: Vec<(u32, Seen)> = Vec::new();
+    let mut writing = None;
+    for _ in 0..20 {
+        let dump = d
+            .snapctl_cmd(&["--json", "dump", "--compress"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut dump = Some(dump);
+        while let Some(mut child) = dump.take() {
+            seen.extend(threads(pid));
+            match child.try_wait().unwrap() {
+                None => dump = Some(child),
+                Some(status) => {
+                    let out = child.wait_with_output().unwrap();
+                    assert!(status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+        }
+        writing = seen
+            .iter()
+            .find(|(tid, s)| *tid == dump_tid && s.policy == 0 && s.nice == NICE)
+            .cloned();
+        if writing.is_some() {
+            break;
+        }
+    }
+    let observations = seen.len();
+    assert!(
+        writing.is_some(),
+        "the dump thread was never seen at the normal policy and nice {NICE} in {observations} \
+         observations of {pid}'s threads during 20 dumps"
+    );
+    let raised: Vec<&(u32, Seen)> = seen
+        .iter()
+        .filter(|(tid, s)| {
+            *tid != dump_tid && (s.nice < 0 || s.policy == 0 && s.nice != 0 && s.nice != 10)
+        })
+        .collect();
+    assert!(
+        raised.is_empty(),
+        "threads other than the dump thread ran raised during the dumps: {raised:?}"
+    );
+    let compressors: usize = seen
+        .iter()
+        .filter(|(tid, s)| *tid != dump_tid && s.policy == 0)
+        .map(|(tid, _)| tid)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    eprintln!(
+        "{observations} observations; the dump thread seen writing at nice {NICE}; \
+         {compressors} threads at the normal policy, none raised"
+    );
+    // After the dumps: realtime again, back at nice 0.
+    let (_, after) = dump_thread();
+    assert_eq!((after.policy, after.nice), (1, 0), "{after:?}");
 }

@@ -71,6 +71,7 @@ fn setup_of(
         compress_by_default: snap.compression == Compression::Zstd,
         level: *snap.level.get_ref(),
         retention: config::retention_of(&cur.config.config),
+        writer_nice: *snap.writer_nice.get_ref(),
         names: names.cloned(),
     }
 }

@@ -65,6 +65,8 @@ pub struct Setup {
     pub compress_by_default: bool,
     pub level: i32,
     pub retention: RetentionPolicy,
+    /// `[snapshot] writer_nice`: the dump thread's nice while it writes.
+    pub writer_nice: i32,
     /// Containers' names from their runtimes.
     pub names: Option<Arc<RuntimeNames>>,
 }

@@ -1,7 +1,8 @@
 //! The dump thread: a plain thread at SCHED_FIFO, asleep on its channel,
 //! that freezes the rings as soon as a batch is due (without waiting for
-//! a runtime worker), then at normal priority writes what the rings hold
-//! and hands a window older than the rings to the history lane.
+//! a runtime worker), then at normal priority (at `snapshot.writer_nice`)
+//! writes what the rings hold and hands a window older than the rings to
+//! the history lane.
 //!
 //! [`Dumps`] is its handle: the one way anything asks for a dump.
 
@@ -226,9 +227,9 @@ fn serve(pipeline: &Pipeline, lane: &HistoryLane, batch: Batch<Waiter>) {
     let frozen_at = WallTime::now();
     let captured = setup.recorder.capture();
     let capture_time = started.elapsed();
-    // The rings are frozen: the rest (naming, writing, compressing,
-    // retention) is ordinary work and runs at normal priority.
-    let _normal = NormalPriority::enter();
+    // The rings are frozen: the rest (naming, writing, retention) is
+    // ordinary work and runs with the normal policy, at the writer's nice.
+    let _normal = NormalPriority::enter(setup.writer_nice);
     let capture = match captured {
         Ok(c) => Arc::new(c),
         Err(e) => {

@@ -202,7 +202,7 @@ impl Pipeline {
             dir: setup.store.dir(),
             file_name: &file_name,
             group: setup.store.group_id(),
-            expected_bytes: 0,
+            placed: Some(reservation.sidecar()),
         };
         let mut figures = None;
         let written = output::write_encoded(
@@ -350,6 +350,7 @@ impl Pipeline {
                 setup.store.dir(),
                 &reservation.file_name(),
                 setup.store.group_id(),
+                Some(reservation.sidecar()),
             )
             .map_err(|e| {
                 setup.store.abandon(&reservation);

@@ -11,8 +11,8 @@
 //!   to disk by the history writer (`[history]`).
 //! - [`condition_ring`]: per-CPU forward rings of a tracepoint a
 //!   `[[trigger]]` watches.
-//! - [`file_map`]: writable mappings of the snapshot output file.
-//! - [`sched`]: SCHED_FIFO for the threads that freeze and write snapshots.
+//! - [`sched`]: SCHED_FIFO for the threads that freeze the rings, the
+//!   writer's nice and the niced background workers.
 //! - [`heap`]: freed heap memory given back to the kernel after each dump.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
@@ -22,7 +22,6 @@
 pub mod condition_ring;
 pub mod cpus;
 pub mod event;
-pub mod file_map;
 mod forward_ring;
 pub mod heap;
 pub mod history_ring;

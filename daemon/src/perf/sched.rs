@@ -12,13 +12,19 @@
 //! nothing, woken they run at once.
 //!
 //! Nothing else does: once the rings are frozen the dump thread drops to
-//! normal priority for the write, compression and retention
-//! ([`NormalPriority`]), compression runs on rayon's global pool at normal
-//! priority, and a `Compress` asked over the API runs on the
+//! the normal policy for the write and retention ([`NormalPriority`]), at
+//! a nice of its own (`snapshot.writer_nice`, -10 by default): under a
+//! load of hundreds of runnable tasks a write at nice 0 gets a few percent
+//! of a CPU and takes ten times as long (BENCHMARKS.md section 18); at
+//! -10 it gets about ten times a normal task's share, and a realtime
+//! policy is still kept from everything but the freeze. Only that thread
+//! is raised, and only while it writes: threads it starts meanwhile begin
+//! at nice 0 (SCHED_RESET_ON_FORK). Compression runs on rayon's global
+//! pool at nice 0, and a `Compress` asked over the API runs on the
 //! [`background_pool`], whose workers are niced ([`BACKGROUND_NICE`]) so a
 //! socket-group member cannot take the CPUs from the machine's work.
-//! Realtime needs CAP_SYS_NICE; without it everything runs at normal
-//! priority and a warning says so once.
+//! Realtime and a negative nice need CAP_SYS_NICE; without it everything
+//! runs at normal priority and a warning says so once.
 
 use std::io;
 use std::sync::OnceLock;
@@ -40,6 +46,12 @@ fn set_current_thread_fifo(priority: u8) -> io::Result<()> {
 /// SCHED_OTHER (the normal time-sharing policy) for the calling thread.
 fn set_current_thread_normal() -> io::Result<()> {
     set_current_thread_policy(libc::SCHED_OTHER, 0)
+}
+
+/// SCHED_OTHER for the calling thread, its children started at nice 0
+/// whatever its own nice.
+fn set_current_thread_normal_reset_on_fork() -> io::Result<()> {
+    set_current_thread_policy(libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, 0)
 }
 
 fn set_current_thread_policy(policy: i32, priority: i32) -> io::Result<()> {
@@ -71,6 +83,16 @@ fn set_current_thread_nice(nice: i32) -> io::Result<()> {
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
+static WARNED_NICE: AtomicBool = AtomicBool::new(false);
+
+fn warn_nice_refused(nice: i32, e: &io::Error) {
+    if !WARNED_NICE.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "the dump's write runs at nice 0: nice {nice} refused ({e}); grant CAP_SYS_NICE \
+             or set snapshot.writer_nice = 0"
+        );
+    }
+}
 
 fn warn_refused(priority: u8, e: &io::Error) {
     if !WARNED.swap(true, Ordering::Relaxed) {
@@ -140,35 +162,59 @@ pub fn background_pool() -> &'static rayon::ThreadPool {
     })
 }
 
-/// Runs the calling thread at normal priority while alive (the dump thread
-/// once the rings are frozen), then as it was before.
+/// Runs the calling thread with the normal policy at nice `nice` while
+/// alive (the dump thread's write, once the rings are frozen), then as it
+/// was before. Threads it starts meanwhile begin at nice 0 with the
+/// normal policy (SCHED_RESET_ON_FORK): rayon's workers, created on first
+/// use, may be started by the write and must not inherit its nice.
 #[must_use = "the priority comes back when the guard is dropped"]
 pub struct NormalPriority {
     /// The thread's policy (flags such as SCHED_RESET_ON_FORK kept) and
-    /// priority before, when they were not already normal.
+    /// priority before.
     previous: Option<(i32, i32)>,
+    /// Its nice before, when it was changed.
+    previous_nice: Option<i32>,
 }
 
 impl NormalPriority {
-    pub fn enter() -> Self {
-        let previous = current_thread_param()
-            .ok()
-            .filter(|&(policy, _)| policy != libc::SCHED_OTHER);
-        if previous.is_some() {
-            let _ = set_current_thread_normal();
+    /// A negative `nice` needs CAP_SYS_NICE: refused, the thread stays at
+    /// its nice and a warning says so once.
+    pub fn enter(nice: i32) -> Self {
+        let previous = current_thread_param().ok();
+        let _ = set_current_thread_normal_reset_on_fork();
+        let before = current_thread_nice().ok();
+        let previous_nice = match before {
+            Some(b) if b != nice => match set_current_thread_nice(nice) {
+                Ok(()) => Some(b),
+                Err(e) => {
+                    warn_nice_refused(nice, &e);
+                    None
+                }
+            },
+            _ => None,
+        };
+        NormalPriority {
+            previous,
+            previous_nice,
         }
-        NormalPriority { previous }
     }
 
-    /// Runs `f` at normal priority, then returns to the priority before.
-    pub fn run<T>(f: impl FnOnce() -> T) -> T {
-        let _normal = Self::enter();
+    /// Runs `f` with the normal policy at `nice`, then returns to the
+    /// priority before.
+    pub fn run<T>(nice: i32, f: impl FnOnce() -> T) -> T {
+        let _normal = Self::enter(nice);
         f()
     }
 }
 
 impl Drop for NormalPriority {
     fn drop(&mut self) {
+        // Back up (allowed without privilege) before the policy: a
+        // realtime policy ignores the nice, but the next write starts from
+        // the one left here.
+        if let Some(nice) = self.previous_nice {
+            let _ = set_current_thread_nice(nice);
+        }
         if let Some((policy, priority)) = self.previous {
             let _ = set_current_thread_policy(policy, priority);
         }
@@ -261,16 +307,32 @@ mod tests {
             assert!(run_realtime(2));
             assert!(fifo(current_thread_policy().unwrap()));
             {
-                let _normal = NormalPriority::enter();
-                assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
+                let _normal = NormalPriority::enter(-7);
+                assert_eq!(
+                    current_thread_policy().unwrap(),
+                    libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK
+                );
+                assert_eq!(current_thread_nice().unwrap(), -7);
+                // A thread started meanwhile is not raised.
+                let child = std::thread::spawn(|| {
+                    (
+                        current_thread_policy().unwrap(),
+                        current_thread_nice().unwrap(),
+                    )
+                })
+                .join()
+                .unwrap();
+                assert_eq!(child, (libc::SCHED_OTHER, 0));
             }
             assert!(fifo(current_thread_policy().unwrap()));
             assert_eq!(current_thread_param().unwrap().1, 2);
+            assert_eq!(current_thread_nice().unwrap(), 0);
             assert!(!run_realtime(0));
             assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
-            // A normal thread stays normal.
-            drop(NormalPriority::enter());
+            // A normal thread stays normal, at the nice it had.
+            NormalPriority::run(-3, || assert_eq!(current_thread_nice().unwrap(), -3));
             assert_eq!(current_thread_policy().unwrap(), libc::SCHED_OTHER);
+            assert_eq!(current_thread_nice().unwrap(), 0);
         })
         .join()
         .unwrap();

@@ -3,14 +3,26 @@
 //! The file is created exclusively as `.<name>.tmp-<12 random characters>`
 //! in the output directory, its mode and group set on the descriptor
 //! (`flightrec_files::NewFile`; see [`is_temp_file_name`]: the store
-//! removes such leftovers of a crash), written through a shared memory map
-//! grown in chunks of up to 64 MiB (one copy into memory per piece instead
-//! of a `write()` call each), truncated to its exact length, fsync'ed,
-//! renamed to its final name (never over an existing file) and the
-//! directory fsync'ed. Each chunk's blocks are reserved with
-//! `posix_fallocate` before it is mapped: a full disk is then an ENOSPC
-//! error here instead of a SIGBUS when a page of the map is first touched.
-//! On any error the temporary file is removed and the error names the file.
+//! removes such leftovers of a crash), written with large `pwrite()`s
+//! ([`FileOutput`]), fsync'ed, renamed to its final name (never over an
+//! existing file) and the directory fsync'ed. A file placed before it in
+//! the same directory without a sync (the store's sidecar,
+//! [`Target::placed`]) is synced after its data and before its rename,
+//! and the one directory sync covers both names. On any error (a full
+//! disk is an ENOSPC from the write) the temporary file is removed and
+//! the error names the file.
+//!
+//! Why writes and not a shared map grown in large chunks (seed 01, which
+//! this module did until issue 33): the records arrive as a few large
+//! slices (a CPU's ring at a time), so the writes are few; and a map takes
+//! a page fault for every 4 KiB it is given, each one a read of the
+//! (reserved, unwritten) block and a `page_mkwrite`, then the unmap: 2,700
+//! faults for a 12 MB snapshot, 40% of the dump thread's CPU time under
+//! load, where `pwrite()` of 1 MiB pieces costs a quarter of the map's CPU
+//! (BENCHMARKS.md section 18). As each large piece is written its
+//! write-back is started (`posix_fadvise(DONTNEED)`, on which Linux
+//! starts it), so the disk works while the next CPU's records are
+//! encoded and the final fsync finds most of the file written.
 //!
 //! Writing is meant to run on its own thread after the capture returned:
 //! the capture never waits on the disk.
@@ -24,7 +36,6 @@ use std::time::{Duration, Instant};
 use flightrec_files::new_file::CommitError;
 use flightrec_files::{Access, Existing, Links, NewFile, open_regular};
 
-use memmap2::MmapMut;
 use thiserror::Error;
 
 use super::perfdata::{
@@ -37,14 +48,10 @@ use crate::tracking::modules::LoadedModule;
 
 /// Snapshot files are readable by the owner's group (the operators).
 pub const FILE_MODE: u32 = 0o640;
-/// Largest piece of the output file mapped (and reserved) at once.
-pub const CHUNK_BYTES: u64 = 64 << 20;
-/// The largest piece mapped at once past the size expected (a window
-/// streamed from the history, a compressed file): the pages written stay
-/// resident until their piece is unmapped, so a smaller piece keeps a
-/// long stream's memory small. Pieces start at 64 KiB and grow with the
-/// file, so a small file never needs much more than itself free.
-pub const STREAM_CHUNK_BYTES: u64 = 8 << 20;
+/// Small pieces (headers, attributes, feature sections, packed batches)
+/// are gathered up to this many bytes before a write; a piece this large
+/// is written from the caller's memory at once.
+pub const WRITE_BYTES: usize = 1 << 20;
 
 const TEMP_MARK: &str = ".tmp-";
 
@@ -188,16 +195,18 @@ pub fn write_snapshot(
     dir: &Path,
     file_name: &str,
 ) -> Result<WrittenSnapshot, SnapshotError> {
-    write_snapshot_in_group(capture, opts, dir, file_name, None)
+    write_snapshot_in_group(capture, opts, dir, file_name, None, None)
 }
 
-/// [`write_snapshot`] giving the file to `group` (the socket group).
+/// [`write_snapshot`] giving the file to `group` (the socket group), with
+/// `placed` synced before its rename (see [`Target::placed`]).
 pub fn write_snapshot_in_group(
     capture: &Capture,
     opts: &WriteOptions,
     dir: &Path,
     file_name: &str,
     group: Option<u32>,
+    placed: Option<&File>,
 ) -> Result<WrittenSnapshot, SnapshotError> {
     let gathered;
     let host: &HostInfo = match &opts.host {
@@ -211,22 +220,11 @@ pub fn write_snapshot_in_group(
             &gathered
         }
     };
-    let records: u64 = capture
-        .cpus
-        .iter()
-        .map(|c| c.records.len() as u64)
-        .sum::<u64>()
-        + capture.tracking_records.len() as u64;
     let target = Target {
         dir,
         file_name,
         group,
-        // Compressed, the file's size is not known ahead: it grows.
-        expected_bytes: if opts.compression.is_some() {
-            0
-        } else {
-            records
-        },
+        placed,
     };
     write_encoded(
         &target,
@@ -250,9 +248,11 @@ pub struct Target<'a> {
     pub file_name: &'a str,
     /// The socket group, given the file.
     pub group: Option<u32>,
-    /// About how many bytes of records it will hold: reserved as it is
-    /// written, never more than a chunk beyond it.
-    pub expected_bytes: u64,
+    /// A file already named in `dir` but not synced (the store's sidecar,
+    /// `flightrec_files::NewFile::place_unsynced`): synced after the
+    /// snapshot's data and before its rename, so a snapshot on disk has
+    /// it; one directory sync after the rename covers both names.
+    pub placed: Option<&'a File>,
 }
 
 /// Why filling a snapshot stopped.
@@ -281,7 +281,7 @@ pub fn write_encoded<F>(
     fill: F,
 ) -> Result<WrittenSnapshot, SnapshotError>
 where
-    F: FnOnce(&mut Encoder<'_, MappedOutput<'_>>) -> Result<(), Fill>,
+    F: FnOnce(&mut Encoder<'_, FileOutput<'_>>) -> Result<(), Fill>,
 {
     let started = Instant::now();
     check_name(target.file_name)?;
@@ -308,7 +308,7 @@ where
             source,
         },
     };
-    let out = MappedOutput::new(new.file(), target.expected_bytes);
+    let out = FileOutput::new(new.file());
     let mut encoder = Encoder::begin(out, host, events, compression).map_err(encode_err)?;
     fill(&mut encoder).map_err(|f| match f {
         Fill::Encode(e) => encode_err(e),
@@ -323,7 +323,7 @@ where
         path: path.clone(),
         source,
     })?;
-    commit(new, target.dir, target.file_name, false)?;
+    commit(new, target.dir, target.file_name, false, target.placed)?;
     Ok(WrittenSnapshot {
         path,
         bytes,
@@ -394,25 +394,32 @@ fn put_file(
         path: path.clone(),
         source,
     };
-    let mut out = MappedOutput::new(new.file(), data.len());
+    let mut out = FileOutput::new(new.file());
     for segment in &data.segments {
         out.write(segment).map_err(write_err)?;
     }
     let len = out.finish().map_err(write_err)?;
-    commit(new, dir, name, replace)?;
+    commit(new, dir, name, replace, None)?;
     Ok(len)
 }
 
-/// Syncs `new` and renames it to `dir/name` (replacing an existing file
-/// only if `replace`), then syncs the directory.
-fn commit(new: NewFile, dir: &Path, name: &str, replace: bool) -> Result<(), SnapshotError> {
+/// Syncs `new` (then `placed`) and renames it to `dir/name` (replacing an
+/// existing file only if `replace`), then syncs the directory.
+fn commit(
+    new: NewFile,
+    dir: &Path,
+    name: &str,
+    replace: bool,
+    placed: Option<&File>,
+) -> Result<(), SnapshotError> {
     let path = dir.join(name);
     let existing = if replace {
         Existing::Replace
     } else {
         Existing::Keep
     };
-    new.commit(existing).map_err(|e| match e {
+    let placed: Vec<&File> = placed.into_iter().collect();
+    new.commit_with(existing, &placed).map_err(|e| match e {
         CommitError::Sync { source } => SnapshotError::Sync { path, source },
         CommitError::Rename { source } if source.kind() == io::ErrorKind::AlreadyExists => {
             SnapshotError::Exists { path }
@@ -430,100 +437,113 @@ fn commit(new: NewFile, dir: &Path, name: &str, replace: bool) -> Result<(), Sna
     Ok(())
 }
 
-/// A file written through shared maps of up to [`CHUNK_BYTES`], each
-/// reserved with `posix_fallocate` before it is mapped.
-pub struct MappedOutput<'f> {
+/// A new file written with large `pwrite()`s at the end of what it
+/// holds: pieces under [`WRITE_BYTES`] are gathered first. The write-back
+/// of what is written is started as it grows (but for the first page,
+/// where the header goes last), so the final sync has little left to do.
+pub struct FileOutput<'f> {
     file: &'f File,
-    map: Option<MmapMut>,
-    /// File offset of `map`.
-    map_start: u64,
-    /// Bytes written so far (file offset of the next byte).
-    len: u64,
-    /// Expected final length: chunks are not reserved past it (rounded up
-    /// to a page), so a small file never needs 64 MiB free.
-    expected: u64,
+    /// Bytes gathered, not written yet: they go at `written`.
+    pending: Vec<u8>,
+    /// Bytes written to the file.
+    written: u64,
+    /// Where the write-back started so far ends.
+    written_back: u64,
 }
 
-impl<'f> MappedOutput<'f> {
-    fn new(file: &'f File, expected: u64) -> Self {
+impl<'f> FileOutput<'f> {
+    fn new(file: &'f File) -> Self {
         Self {
             file,
-            map: None,
-            map_start: 0,
-            len: 0,
-            expected,
+            pending: Vec::new(),
+            written: 0,
+            written_back: crate::perf::page_size() as u64,
         }
     }
 
-    fn write(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            let full = self
-                .map
-                .as_ref()
-                .is_none_or(|m| (self.len - self.map_start) as usize >= m.len());
-            if full {
-                self.next_chunk()?;
-            }
-            let offset_in_map = (self.len - self.map_start) as usize;
-            let Some(map) = self.map.as_mut() else {
-                return Err(io::Error::other("output map missing"));
-            };
-            let n = buf.len().min(map.len() - offset_in_map);
-            map[offset_in_map..offset_in_map + n].copy_from_slice(&buf[..n]);
-            self.len += n as u64;
-            buf = &buf[n..];
+    /// Bytes given so far (the file offset of the next byte).
+    fn len(&self) -> u64 {
+        self.written + self.pending.len() as u64
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.pending.len() + buf.len() <= WRITE_BYTES {
+            self.pending.extend_from_slice(buf);
+            return Ok(());
         }
+        self.write_pending()?;
+        if buf.len() < WRITE_BYTES {
+            self.pending.extend_from_slice(buf);
+            return Ok(());
+        }
+        self.put(buf)
+    }
+
+    fn write_pending(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.put(&pending)?;
+        self.pending = pending;
+        self.pending.clear();
         Ok(())
     }
 
-    /// Unmaps the current chunk, reserves and maps the next one at `len`
-    /// (always page aligned: chunks are whole pages and filled completely
-    /// before the next is mapped).
-    fn next_chunk(&mut self) -> io::Result<()> {
-        self.map = None;
+    /// Writes `buf` at the end of the file, then starts the write-back of
+    /// the whole pages written since the last start, once they make a
+    /// piece worth it.
+    fn put(&mut self, buf: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(buf, self.written)?;
+        self.written += buf.len() as u64;
         let page = crate::perf::page_size() as u64;
-        let remaining = self.expected.saturating_sub(self.len);
-        let size = if remaining == 0 {
-            (self.len / 4)
-                .next_multiple_of(page)
-                .clamp(64 << 10, STREAM_CHUNK_BYTES)
-        } else {
-            remaining.next_multiple_of(page).min(CHUNK_BYTES)
-        };
-        let start = self.len;
-        let to_off = |v: u64| {
-            libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
-        };
-        nix::fcntl::posix_fallocate(self.file, to_off(start)?, to_off(size)?)
-            .map_err(io::Error::from)?;
-        let len = usize::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let map = crate::perf::file_map::map_reserved_chunk(self.file, start, len)?;
-        self.map_start = start;
-        self.map = Some(map);
+        let end = self.written / page * page;
+        if end >= self.written_back + WRITE_BYTES as u64 {
+            let to_off = |v: u64| {
+                libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
+            };
+            // An advice: declined, the final sync writes it all.
+            let _ = nix::fcntl::posix_fadvise(
+                self.file,
+                to_off(self.written_back)?,
+                to_off(end - self.written_back)?,
+                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            );
+            self.written_back = end;
+        }
         Ok(())
     }
 
-    /// Unmaps and cuts the file to the bytes written.
+    /// Writes what is gathered; returns the file's length.
     fn finish(mut self) -> io::Result<u64> {
-        self.map = None;
-        self.file.set_len(self.len)?;
-        Ok(self.len)
+        self.write_pending()?;
+        Ok(self.written)
     }
 }
 
-impl Sink for MappedOutput<'_> {
+impl Sink for FileOutput<'_> {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.write(bytes)
     }
 
-    /// Bytes already written, through the file (the pages are the map's:
-    /// the page cache is one).
+    /// Bytes already given: in the file, or still gathered.
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
-        if offset + bytes.len() as u64 > self.len {
+        let end = offset + bytes.len() as u64;
+        if end > self.len() {
             return Err(io::Error::other("writing past the end of the output"));
         }
-        self.file.write_all_at(bytes, offset)
+        let in_file = usize::try_from(self.written.saturating_sub(offset))
+            .map_or(bytes.len(), |n| n.min(bytes.len()));
+        self.file.write_all_at(&bytes[..in_file], offset)?;
+        let rest = &bytes[in_file..];
+        if !rest.is_empty() {
+            let at = usize::try_from(offset + in_file as u64 - self.written)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            self.pending[at..at + rest.len()].copy_from_slice(rest);
+        }
+        Ok(())
     }
 }
 
@@ -560,7 +580,7 @@ mod tests {
     }
 
     #[test]
-    fn mapped_output_crosses_chunks_and_ends_at_exact_length() {
+    fn file_output_gathers_small_pieces_writes_large_ones_and_patches_anywhere() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let file = std::fs::OpenOptions::new()
@@ -569,17 +589,25 @@ mod tests {
             .create_new(true)
             .open(&path)
             .unwrap();
-        // Expect less than is written: the writer must grow past it.
-        let mut out = MappedOutput::new(&file, 5000);
-        let piece: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
+        let mut out = FileOutput::new(&file);
+        let small: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
+        let large: Vec<u8> = (0..=250u8).cycle().take(WRITE_BYTES * 3 + 17).collect();
         let mut want = Vec::new();
-        for _ in 0..5 {
-            out.write(&piece).unwrap();
-            want.extend_from_slice(&piece);
+        for piece in [&small, &large, &small, &small, &large, &small] {
+            out.append(piece).unwrap();
+            want.extend_from_slice(piece);
         }
+        // A header over what is in the file, and a patch across the end
+        // of the file into what is still gathered.
+        out.write_at(0, b"HEADER").unwrap();
+        want[..6].copy_from_slice(b"HEADER");
+        let edge = out.written - 3;
+        out.write_at(edge, b"ACROSS").unwrap();
+        want[edge as usize..edge as usize + 6].copy_from_slice(b"ACROSS");
+        assert!(out.write_at(want.len() as u64 - 2, b"PAST").is_err());
         let len = out.finish().unwrap();
         assert_eq!(len, want.len() as u64);
-        assert_eq!(std::fs::read(&path).unwrap(), want);
+        assert!(std::fs::read(&path).unwrap() == want);
     }
 
     #[test]

@@ -1,7 +1,15 @@
 //! Reserving the name of a dump about to be written, with its sidecar
 //! written first so every listed snapshot has one.
+//!
+//! The sidecar is put in place unsynced; the snapshot's own commit syncs
+//! it after the snapshot's data and before its rename, and one directory
+//! sync covers both names (`flightrec_files::NewFile::commit_with`): one
+//! sync of the data, then the sidecar's (which finds its blocks already
+//! committed with the data's), then the directory's, where each file used
+//! to cost a sync of its own and one of the directory.
 
 use std::fs;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::info::Meta;
@@ -16,6 +24,9 @@ pub struct Reservation {
     /// What the conditions among its triggers matched; empty without one.
     pub matched: String,
     pub created_unix_ns: i64,
+    /// The sidecar, in place but not yet synced: the snapshot's commit
+    /// must sync it before the snapshot is named.
+    sidecar: Arc<fs::File>,
 }
 
 impl Reservation {
@@ -24,6 +35,11 @@ impl Reservation {
     }
     pub fn file_name(&self) -> String {
         self.name.file_name()
+    }
+    /// The sidecar, for the snapshot's commit to sync before the
+    /// snapshot's rename (`Target::placed`).
+    pub fn sidecar(&self) -> &fs::File {
+        &self.sidecar
     }
 }
 
@@ -64,20 +80,15 @@ impl Store {
             *next = (s + 1) % 1_000_000;
             s
         };
-        let r = Reservation {
-            name: SnapshotName {
-                host: self.host.clone(),
-                unix_secs: created_unix_ns.div_euclid(1_000_000_000),
-                seq,
-                label: label.map(str::to_string),
-            },
-            trigger: trigger.to_string(),
-            matched: matched.to_string(),
-            created_unix_ns,
+        let name = SnapshotName {
+            host: self.host.clone(),
+            unix_secs: created_unix_ns.div_euclid(1_000_000_000),
+            seq,
+            label: label.map(str::to_string),
         };
         let meta = Meta {
-            trigger: r.trigger.clone(),
-            matched: r.matched.clone(),
+            trigger: trigger.to_string(),
+            matched: matched.to_string(),
             created_unix_ns,
             uploads: self.upload_destinations(),
             // Not known before the capture; not filled yet.
@@ -88,8 +99,14 @@ impl Store {
             containers: Vec::new(),
             scope: scope.to_string(),
         };
-        self.write_sidecar(&r.id(), &meta)?;
-        Ok(r)
+        let sidecar = Arc::new(self.place_sidecar(&name.id(), &meta)?);
+        Ok(Reservation {
+            name,
+            trigger: meta.trigger,
+            matched: meta.matched,
+            created_unix_ns,
+            sidecar,
+        })
     }
 
     /// Drops the sidecar of a reservation whose snapshot was not written.

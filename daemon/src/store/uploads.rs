@@ -3,10 +3,11 @@
 //! snapshot and rewritten (atomically) as each upload completes, so the
 //! queue survives a restart or a kill -9 at any point.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Write};
 
 use flightrec_files::new_file::write_new;
-use flightrec_files::{Access, Existing};
+use flightrec_files::{Access, Existing, NewFile};
 
 use super::info::Meta;
 use super::{SnapshotInfo, Store, StoreError, meta_file_name, parse_id};
@@ -90,20 +91,44 @@ impl Store {
     /// file created exclusively, synced, then renamed: a reader sees the old
     /// or the new one.
     pub(super) fn write_sidecar(&self, id: &str, meta: &Meta) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(meta).map_err(|e| StoreError::WriteMeta {
-            path: self.sidecar_path(id),
-            source: io::Error::other(e),
-        })?;
         write_new(
             &self.dir,
             &meta_file_name(id),
-            &bytes,
+            &self.sidecar_bytes(id, meta)?,
             Access::new(0o640, self.group_id()),
             Existing::Replace,
         )
         .map_err(|source| StoreError::WriteMeta {
             path: self.sidecar_path(id),
             source,
+        })
+    }
+
+    /// The sidecar of a snapshot about to be written, in place at once
+    /// but not synced (see [`NewFile::place_unsynced`]): the snapshot's
+    /// commit syncs it before the snapshot is named. A crash before that
+    /// leaves a sidecar without its snapshot, removed at start-up.
+    pub(super) fn place_sidecar(&self, id: &str, meta: &Meta) -> Result<File, StoreError> {
+        let bytes = self.sidecar_bytes(id, meta)?;
+        let err = |source| StoreError::WriteMeta {
+            path: self.sidecar_path(id),
+            source,
+        };
+        let mut new = NewFile::create(
+            &self.dir,
+            &meta_file_name(id),
+            Access::new(0o640, self.group_id()),
+        )
+        .map_err(err)?;
+        new.file_mut().write_all(&bytes).map_err(err)?;
+        new.place_unsynced(Existing::Replace)
+            .map_err(|e| err(e.into_io()))
+    }
+
+    fn sidecar_bytes(&self, id: &str, meta: &Meta) -> Result<Vec<u8>, StoreError> {
+        serde_json::to_vec(meta).map_err(|e| StoreError::WriteMeta {
+            path: self.sidecar_path(id),
+            source: io::Error::other(e),
         })
     }
 }

@@ -20,9 +20,11 @@ pub struct Args {
     /// memory, loss, lookback, fleet; compress-priority, history (about
     /// 20 minutes), soak (20 minutes), offcpu (the cost of off-CPU stacks:
     /// sched_switch call chains or switch records), report (`snapctl report`/`export` vs `perf report`)
-    /// cgroups (cgroup ids on and off, a dump scoped to one cgroup,
-    /// memory for 1,000 cgroups) and history-dump (a dump of a whole
-    /// history of `--history-mib`), only when named).
+    /// cgroups (cgroup ids on and off, a dump scoped to one cgroup, memory
+    /// for 1,000 cgroups), write (SIGUSR2 → complete file with the load in
+    /// a cgroup of its own and in the recorder's, about 12 minutes a run)
+    /// and history-dump (a dump of a whole history of `--history-mib`),
+    /// only when named).
     #[arg(
         long,
         value_delimiter = ',',
@@ -40,6 +42,26 @@ pub struct Args {
     /// Length of the soak in minutes (default 20, 2 with --quick).
     #[arg(long, value_name = "N")]
     pub soak_minutes: Option<u64>,
+    /// The `messaging -g` groups the write scenario loads the machine with.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "4,10",
+        value_name = "N,..."
+    )]
+    pub write_groups: Vec<u32>,
+    /// The write scenario's recorder cgroup at this CPU weight (systemd's
+    /// `CPUWeight=`, 1 to 10000; 100, the default, is every cgroup's).
+    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub recorder_cpu_weight: Option<u32>,
+    /// The write scenario's recorders started under `nice -n N`
+    /// (systemd's `Nice=`: every thread).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub recorder_nice: Option<i32>,
+    /// flightrec's `snapshot.writer_nice` in the write scenario (its
+    /// default, -10, when not given).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub writer_nice: Option<i32>,
     /// Also write the results as Markdown to this file.
     #[arg(long)]
     pub markdown: Option<PathBuf>,

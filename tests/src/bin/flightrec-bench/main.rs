@@ -7,6 +7,7 @@
 //! tests do (`tests/prepare-host`).
 
 mod analysis;
+mod cgroup;
 mod cli;
 mod procfs;
 mod recorder;
@@ -48,6 +49,21 @@ fn main() -> Result<()> {
         };
         for &ring in sizes {
             sections.push(scenarios::snapshot(&args, ring, EventSet::SwitchAndClock)?);
+        }
+    }
+    if args.wants("write") {
+        let sizes: &[u64] = if args.quick {
+            &[256 * KIB, 4 * MIB]
+        } else {
+            &[256 * KIB, 4 * MIB, 32 * MIB]
+        };
+        for &groups in &args.write_groups {
+            for placement in [
+                cgroup::Placement::OwnCgroup,
+                cgroup::Placement::RecorderCgroup,
+            ] {
+                sections.push(scenarios::write(&args, groups, placement, sizes)?);
+            }
         }
     }
     if args.wants("trigger") {

@@ -40,6 +40,66 @@ pub fn reset_peak_rss(pid: u32) -> Result<()> {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").context("resetting VmHWM")
 }
 
+/// What the scheduler and the memory manager counted for one thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadCounts {
+    /// Time on a CPU (ns), from /proc/<pid>/task/<tid>/schedstat.
+    pub run_ns: u64,
+    /// Time runnable but waiting for a CPU (ns).
+    pub wait_ns: u64,
+    /// Minor page faults (stat field 10).
+    pub minor_faults: u64,
+}
+
+impl ThreadCounts {
+    /// The counts between `earlier` and `self`.
+    pub fn since(self, earlier: ThreadCounts) -> ThreadCounts {
+        ThreadCounts {
+            run_ns: self.run_ns.saturating_sub(earlier.run_ns),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+        }
+    }
+}
+
+/// The counts of the thread of `pid` named `comm` (the first one).
+pub fn thread_counts(pid: u32, comm: &str) -> Result<ThreadCounts> {
+    let tasks = format!("/proc/{pid}/task");
+    for entry in std::fs::read_dir(&tasks).with_context(|| format!("listing {tasks}"))? {
+        let dir = entry?.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if name.trim_end() != comm {
+            continue;
+        }
+        let schedstat = std::fs::read_to_string(dir.join("schedstat"))?;
+        let stat = std::fs::read_to_string(dir.join("stat"))?;
+        return parse_thread_counts(&schedstat, &stat)
+            .with_context(|| format!("reading {}", dir.display()));
+    }
+    anyhow::bail!("process {pid} has no thread named {comm}")
+}
+
+fn parse_thread_counts(schedstat: &str, stat: &str) -> Result<ThreadCounts> {
+    let mut s = schedstat.split_whitespace();
+    let run_ns = s.next().context("no run time")?.parse()?;
+    let wait_ns = s.next().context("no wait time")?.parse()?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("malformed stat")?;
+    // minflt is field 10 of stat(5): the 8th after the comm.
+    let minor_faults = after
+        .split_whitespace()
+        .nth(7)
+        .context("no minflt")?
+        .parse()?;
+    Ok(ThreadCounts {
+        run_ns,
+        wait_ns,
+        minor_faults,
+    })
+}
+
 fn read_status(pid: u32) -> Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))
@@ -81,6 +141,30 @@ mod tests {
             status_kib(status, "Name").unwrap_err().to_string(),
             "Name: \"\\tflightrecd\" is not a size in kB"
         );
+    }
+
+    #[test]
+    fn thread_counts_are_read_from_schedstat_and_stat() {
+        let stat = "42 (flightrec-dump) S 1 42 42 0 -1 4194624 2500 0 3 0 10 5";
+        let c = parse_thread_counts("1500000 700000 12\n", stat).unwrap();
+        assert_eq!(
+            c,
+            ThreadCounts {
+                run_ns: 1_500_000,
+                wait_ns: 700_000,
+                minor_faults: 2500
+            }
+        );
+        let later = ThreadCounts {
+            run_ns: 2_000_000,
+            wait_ns: 700_001,
+            minor_faults: 2600,
+        };
+        assert_eq!(later.since(c).minor_faults, 100);
+        assert!(parse_thread_counts("", stat).is_err());
+        let me = std::process::id();
+        let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).unwrap();
+        assert!(thread_counts(me, comm.trim_end()).is_ok());
     }
 
     #[test]

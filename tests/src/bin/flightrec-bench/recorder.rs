@@ -105,6 +105,11 @@ pub struct Setup {
     pub disk_ring: Option<u64>,
     /// `cpu-clock`'s frequency instead of 999 Hz (both tools).
     pub clock_hz: Option<u32>,
+    /// flightrec's `snapshot.writer_nice` (its default when `None`).
+    pub writer_nice: Option<i32>,
+    /// Both recorders started under `nice -n N` (systemd's `Nice=`: every
+    /// thread of the process).
+    pub nice: Option<i32>,
     /// Every sample's cgroup id and the cgroups named in the snapshot:
     /// flightrec's `[containers] cgroups` (on by default), perf's
     /// `--all-cgroups`.
@@ -134,6 +139,8 @@ impl Setup {
             fleet: None,
             disk_ring: None,
             clock_hz: None,
+            writer_nice: None,
+            nice: None,
             cgroups: true,
         }
     }
@@ -156,6 +163,19 @@ impl Setup {
                 .collect(),
             None => args.map(str::to_string).collect(),
         }
+    }
+}
+
+/// `program`, under `nice -n N` when `nice` is given (the pid stays the
+/// program's: nice execs it).
+fn niced(nice: Option<i32>, program: PathBuf) -> Command {
+    match nice {
+        Some(n) => {
+            let mut cmd = Command::new("nice");
+            cmd.arg("-n").arg(n.to_string()).arg(program);
+            cmd
+        }
+        None => Command::new(program),
     }
 }
 
@@ -239,6 +259,10 @@ impl Recorder {
                     ),
                     None => String::new(),
                 };
+                let writer_nice = setup
+                    .writer_nice
+                    .map(|n| format!("writer_nice = {n}\n"))
+                    .unwrap_or_default();
                 let fleet = match setup.fleet {
                     Some(f) => format!(
                         "[fleet]\nnats = \"nats://127.0.0.1:{}\"\nhost = \"{}\"\n\n",
@@ -251,7 +275,7 @@ impl Recorder {
                     format!(
                         "[daemon]\nsocket = \"{sock}\"\noutput_dir = \"{out}\"\n\n\
                          [buffers]\nper_cpu = \"{ring}\"\nlossless_freeze = {lossless}\n\n{events}\n{trigger}\n\
-                         [snapshot]\n{compression}min_interval = \"0s\"\n\n\
+                         [snapshot]\n{compression}min_interval = \"0s\"\n{writer_nice}\n\
                          [retention]\nmax_snapshots = 10000\nmax_bytes = \"1000GiB\"\n\n\
                          [containers]\ncgroups = {cgroups}\nruntime_sockets = []\n\n{history}{fleet}",
                         sock = dir.path().join("flightrecd.sock").display(),
@@ -262,7 +286,7 @@ impl Recorder {
                         cgroups = setup.cgroups,
                     ),
                 )?;
-                Command::new(flightrec_tests::bin_path("flightrecd"))
+                niced(setup.nice, flightrec_tests::bin_path("flightrecd"))
                     .arg("--config")
                     .arg(&config)
                     .stdout(Stdio::null())
@@ -272,7 +296,7 @@ impl Recorder {
             }
             Kind::Perf => {
                 let pages = (setup.ring_bytes_per_cpu / 4096).max(1);
-                let mut cmd = Command::new("perf");
+                let mut cmd = niced(setup.nice, "perf".into());
                 let cmd = match setup.disk_ring {
                     Some(bytes) => cmd
                         // perf 6.1 refuses --switch-output with --threads
@@ -477,7 +501,11 @@ impl Recorder {
                 }
             }
             if Instant::now() > deadline {
-                bail!("{}: no snapshot 120 s after {what}", self.kind.name());
+                bail!(
+                    "{}: no snapshot 120 s after {what}; its log:\n{}",
+                    self.kind.name(),
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_micros(500));
         }

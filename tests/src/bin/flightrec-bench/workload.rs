@@ -78,6 +78,26 @@ impl BackgroundLoad {
         Ok(Self { child })
     }
 
+    /// `perf bench sched messaging -g GROUPS`, looping until dropped, in
+    /// `cgroup` (the cgroup v1 or v2 directory) from its first task on.
+    pub fn messaging_in(groups: u32, cgroup: &std::path::Path) -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                "echo $$ > \"$1/cgroup.procs\" && exec perf bench sched messaging -g \"$2\" -l 100000000",
+                "sh",
+            ])
+            .arg(cgroup)
+            .arg(groups.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting background load")?;
+        Ok(Self { child })
+    }
+
     /// `perf bench sched messaging -g GROUPS`, looping until dropped.
     pub fn messaging(groups: u32) -> Result<Self> {
         use std::os::unix::process::CommandExt;

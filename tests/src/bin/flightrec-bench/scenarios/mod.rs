@@ -16,6 +16,7 @@ mod scaling;
 mod snapshot;
 mod soak;
 mod trigger;
+mod write;
 
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ pub use scaling::scaling;
 pub use snapshot::{snapshot, snapshot_of};
 pub use soak::soak;
 pub use trigger::trigger;
+pub use write::write;
 
 /// The tools in an order that rotates with `run`, so neither tool
 /// always runs first (warm caches, thermal drift).
@@ -94,7 +96,7 @@ fn wall_time_rows(bare: Option<Summary>, fr: Option<Summary>, pf: Option<Summary
 /// Time a ring of `ring` bytes per CPU needs to wrap under the messaging
 /// load: sched_switch + cpu-clock records arrive at about 1 MiB/s per CPU
 /// on the reference machine; half again for margin.
-fn fill_time(ring: u64) -> Duration {
+pub fn fill_time(ring: u64) -> Duration {
     Duration::from_millis(1500 + ring * 1500 / MIB)
 }
 
