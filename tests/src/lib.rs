@@ -25,6 +25,7 @@ pub mod containers;
 pub mod fleet;
 pub mod layers;
 mod nats;
+pub mod pprof;
 mod python;
 mod s3;
 pub mod systemd;

@@ -296,7 +296,7 @@ fn a_container_gone_before_the_dump_is_still_named_and_by_its_runtime() {
     let cgroup = gone.cgroup();
     // A witness that the daemon named it: a dump listing it by name.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let id = loop {
         let v = d.json(&["dump", "--before", "1s"]);
         let snap = d
             .list()
@@ -309,14 +309,62 @@ fn a_container_gone_before_the_dump_is_still_named_and_by_its_runtime() {
             .iter()
             .any(|c| c["name"] == "fr-e2e-gone" && c["pod"] == "fr-pod");
         if named {
-            break;
+            break snap["id"].as_str().unwrap().to_string();
         }
         assert!(
             Instant::now() < deadline,
             "never named by the runtime: {snap}"
         );
         std::thread::sleep(Duration::from_millis(500));
-    }
+    };
+    // Its samples are labelled with the runtime's name in pprof, rooted
+    // at it in the folded export, and named in the report's header.
+    let out = |name: &str| dir.path().join(name);
+    let exported = d.snapctl(&[
+        "export",
+        &id,
+        "--format",
+        "pprof",
+        "-o",
+        out("p.pb.gz").to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{exported:?}");
+    let tags = flightrec_tests::pprof::tags(&out("p.pb.gz"));
+    let count = |key: &str, value: &str| {
+        tags.get(key)
+            .and_then(|v| v.iter().find(|(x, _)| x == value))
+            .map_or(0, |(_, n)| *n)
+    };
+    let in_container = count("container", "fr-e2e-gone");
+    assert!(in_container > 0, "no sample labelled fr-e2e-gone: {tags:?}");
+    assert_eq!(count("pod", "fr-pod"), in_container, "{tags:?}");
+    assert_eq!(count("cgroup", &cgroup), in_container, "{tags:?}");
+    let folded = d.snapctl(&[
+        "export",
+        &id,
+        "--format",
+        "collapsed",
+        "--by",
+        "container",
+        "-o",
+        "-",
+    ]);
+    assert!(folded.status.success(), "{folded:?}");
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let rooted: u64 = folded
+        .lines()
+        .filter(|l| l.starts_with("fr-e2e-gone;"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(rooted, in_container, "{folded}");
+    let page = d.snapctl(&["report", &id, "-o", out("r.html").to_str().unwrap()]);
+    assert!(page.status.success(), "{page:?}");
+    let html = std::fs::read_to_string(out("r.html")).unwrap();
+    // The page draws its header from its data: the name is in that.
+    assert!(
+        html.contains("\"fr-e2e-gone\""),
+        "the page's data does not name the container"
+    );
     gone.remove();
     assert!(
         !Path::new(&format!(

@@ -1114,36 +1114,6 @@ fn perf_cgroup_samples(snapshot: &Path, event: &str) -> Vec<(String, u64)> {
     out
 }
 
-/// `go tool pprof -tags` of a profile's `samples`: per label key, the
-/// count of each value.
-fn pprof_tags(profile: &Path) -> std::collections::BTreeMap<String, Vec<(String, u64)>> {
-    let home = tempfile::tempdir().unwrap();
-    let text = run(Command::new("go")
-        .env("HOME", home.path())
-        .env("GOCACHE", home.path().join("cache"))
-        .env("GOTOOLCHAIN", "local")
-        .args(["tool", "pprof", "-tags", "-sample_index=samples"])
-        .arg(profile));
-    let mut tags = std::collections::BTreeMap::<String, Vec<(String, u64)>>::new();
-    let mut key = String::new();
-    for line in text.lines() {
-        // ` container: Total 2317.0`, then `  2031.0 (87.66%): web.service`.
-        let t = line.trim();
-        if let Some((k, _)) = t.split_once(": Total ") {
-            key = k.to_string();
-        } else if let Some((n, rest)) = t.split_once(" (")
-            && let Some((_, value)) = rest.split_once("): ")
-            && let Ok(n) = n.parse::<f64>()
-        {
-            tags.entry(key.clone())
-                .or_default()
-                .push((value.to_string(), n.round() as u64));
-        }
-    }
-    assert!(!tags.is_empty(), "no tags in:\n{text}");
-    tags
-}
-
 /// Appended to a copy of the page: reads the legend's groups, then picks
 /// CONTAINER in the container picker as a reader would and writes what
 /// the flame graphs and the thread table showed into `<pre id="probe">`.
@@ -1320,7 +1290,7 @@ fn a_service_in_its_own_cgroup_is_named_in_the_page_the_pprof_labels_and_the_fol
     // pprof: every sample of the cgroup carries `cgroup` and `container`.
     let profile = work.path().join("profile.pb.gz");
     snapctl_json(&d, &["export", &id, "--format", "pprof"], &profile);
-    let tags = pprof_tags(&profile);
+    let tags = flightrec_tests::pprof::tags(&profile);
     eprintln!("{TEST}: pprof tags: {tags:?}");
     let tag = |key: &str, value: &str| {
         tags.get(key)
