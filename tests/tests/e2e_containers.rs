@@ -317,6 +317,15 @@ fn a_container_gone_before_the_dump_is_still_named_and_by_its_runtime() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
+    // A dump of it by the runtime's name holds its samples alone.
+    let by_name = d.json(&["dump", "--container", "fr-e2e-gone", "--before", "1s"]);
+    assert_eq!(by_name["scope"], "container:fr-e2e-gone", "{by_name}");
+    let shares = cgroup_shares(Path::new(by_name["path"].as_str().unwrap()), "cpu-clock");
+    assert_eq!(
+        shares.keys().collect::<Vec<_>>(),
+        [&cgroup],
+        "every sample of the dump by name is the container's"
+    );
     // Its samples are labelled with the runtime's name in pprof, rooted
     // at it in the folded export, and named in the report's header.
     let out = |name: &str| dir.path().join(name);
