@@ -238,6 +238,24 @@ pub fn testing_flightrecd() -> PathBuf {
         .unwrap_or_else(|e| panic!("building flightrecd with the testing feature failed: {e}"))
 }
 
+/// Whether `tool args` runs and succeeds: a test that needs it fails under
+/// `CI=true` when it does not, and is skipped (said on stderr) elsewhere.
+pub fn have(test: &str, tool: &str, args: &[&str]) -> bool {
+    if Command::new(tool)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return true;
+    }
+    let why = format!("no working {tool} (run tests/prepare-host)");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
 /// Fails the calling test unless it runs as root (perf events on every
 /// CPU, tracefs). Tests that need root are also marked
 /// `#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]`: built by a

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, perf_script, require_root, test_config};
+use flightrec_tests::{Daemon, have, perf_script, require_root, test_config};
 
 /// The program: `fr-burner` spins in `burn_cpu`, `fr-waiter` blocks in
 /// `wait_io` (its own `read` system call, so the function is the first user
@@ -118,23 +118,6 @@ fn snapctl_json(d: &Daemon, args: &[&str], out: &Path) -> serde_json::Value {
     all.extend_from_slice(args);
     all.extend(["-o", out.to_str().unwrap()]);
     serde_json::from_str(&run(&mut d.snapctl_cmd(&all))).unwrap()
-}
-
-/// A tool the test needs: a failure under CI, a skip elsewhere.
-fn have(test: &str, tool: &str, args: &[&str]) -> bool {
-    if Command::new(tool)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    let why = format!("no working {tool} (run tests/prepare-host)");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test}: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    false
 }
 
 /// The program, running; its waits as they are printed. Killed on drop.

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, free_port, require_root, snapshot_id, test_config, unpack};
+use flightrec_tests::{Daemon, free_port, have, require_root, snapshot_id, test_config, unpack};
 
 /// Spins in `newcomer_hot_loop`, and sorts with libc's `qsort` (whose
 /// merge sort, `msort_with_tmp`, is a local symbol of libc: only libc's
@@ -72,23 +72,6 @@ fn run(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A tool the test needs: a failure under CI, a skip elsewhere.
-fn have(test: &str, tool: &str, args: &[&str]) -> bool {
-    if Command::new(tool)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    let why = format!("no working {tool} (run tests/prepare-host)");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test}: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    false
 }
 
 fn gcc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
