@@ -182,8 +182,17 @@ fn read_map(root: &Path, name: &Path, ids: ProcessIds, cap: u64) -> Result<MapRe
     let (file, md) = match open_regular_beneath(root, name) {
         Ok(opened) => opened,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
-        // The process is gone, or its root is not ours to enter.
-        Err(e) if e.raw_os_error() == Some(nix::libc::ESRCH) => return Err(None),
+        // The process is gone, or its root is not ours to enter (a process
+        // of another user namespace, or one ptrace rules keep us out of,
+        // such as a sandbox's init): nothing to say on every dump.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ESRCH | nix::libc::EACCES | nix::libc::EPERM)
+            ) =>
+        {
+            return Err(None);
+        }
         Err(e) => return Err(Some(e.to_string())),
     };
     if md.uid() != ids.euid && md.uid() != ids.fsuid {
