@@ -94,8 +94,8 @@ fn the_check_fails_on_one_byte_changed_or_a_file_added_or_removed() {
         ("a file added", "NOTES.md", |c| {
             std::fs::write(c.join("NOTES.md"), "local notes\n").expect("write")
         }),
-        ("a file removed", "Cargo.toml.orig", |c| {
-            std::fs::remove_file(c.join("Cargo.toml.orig")).expect("remove")
+        ("a file removed", "CHANGELOG.md", |c| {
+            std::fs::remove_file(c.join("CHANGELOG.md")).expect("remove")
         }),
     ];
     for (what, file, change) in changes {
