@@ -119,7 +119,10 @@ fn a_thousand_idle_connections_block_neither_the_api_nor_a_signal_dump() {
     let out = d.snapctl(&["--timeout", "5s", "status"]);
     let took = started.elapsed();
     assert!(out.status.success(), "{out:?}\n{}", d.log_text());
-    assert!(took < Duration::from_secs(1), "status took {took:?}");
+    // An API held up by the idle connections would answer only once one
+    // of them is closed for its silence, after the 5 s handshake timeout;
+    // a busy 2-CPU machine takes about a second to run snapctl here.
+    assert!(took < Duration::from_millis(2500), "status took {took:?}");
 
     d.signal("USR2");
     let deadline = Instant::now() + Duration::from_secs(15);
