@@ -115,10 +115,13 @@ pub fn cache_path(build_id_hex: &str, basename: &str) -> String {
 }
 
 /// Candidates for the bytes of `filename` beyond its path: the same file
-/// as mapped by running processes (`/proc/PID/map_files/RANGE`), which
-/// still works when the file was deleted or replaced since.
-fn mapped_copies() -> HashMap<String, Vec<PathBuf>> {
-    let mut out: HashMap<String, Vec<PathBuf>> = HashMap::new();
+/// as mapped by running processes (`/proc/PID/map_files/RANGE`, which
+/// still works when the file was deleted or replaced since, and needs
+/// CAP_SYS_ADMIN), and the path inside each process's root (a
+/// container's file, absent from this machine's tree). Each is taken
+/// only if its build-id is the snapshot's.
+fn mapped_copies() -> HashMap<String, Vec<(PathBuf, Links)>> {
+    let mut out: HashMap<String, Vec<(PathBuf, Links)>> = HashMap::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;
     };
@@ -133,6 +136,8 @@ fn mapped_copies() -> HashMap<String, Vec<PathBuf>> {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             continue;
         };
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let root = proc_dir.join("root");
         for line in maps.lines() {
             let mut f = line.splitn(6, ' ');
             let (Some(range), Some(_), Some(_), Some(_), Some(_), Some(path)) =
@@ -142,10 +147,16 @@ fn mapped_copies() -> HashMap<String, Vec<PathBuf>> {
             };
             let path = path.trim_start();
             let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-            if path.starts_with('/') {
-                out.entry(path.to_string())
-                    .or_default()
-                    .push(format!("/proc/{pid}/map_files/{range}").into());
+            if let Some(relative) = path.strip_prefix('/') {
+                let inside = root.join(relative);
+                let copies = out.entry(path.to_string()).or_default();
+                // Tried last to first: the kernel's own link first, the
+                // root once per process (its maps of a file are
+                // consecutive).
+                if copies.last().is_none_or(|(c, _)| !c.starts_with(&proc_dir)) {
+                    copies.push((inside, Links::Refuse));
+                }
+                copies.push((proc_dir.join("map_files").join(range), Links::Follow));
             }
         }
     }
@@ -304,7 +315,7 @@ pub fn write_archive(
         mode: access.mode,
         ..ArchiveSummary::default()
     };
-    let mut copies: Option<HashMap<String, Vec<PathBuf>>> = None;
+    let mut copies: Option<HashMap<String, Vec<(PathBuf, Links)>>> = None;
     let mut stored = std::collections::HashSet::new();
     for BuildIdTableEntry {
         build_id, filename, ..
@@ -366,8 +377,7 @@ pub fn write_archive(
             // Only now scan the processes, once for the whole archive.
             let all = copies.get_or_insert_with(mapped_copies);
             match all.remove(on_disk) {
-                // The kernel's own links to the mapped file.
-                Some(more) => candidates = more.into_iter().map(|p| (p, Links::Follow)).collect(),
+                Some(more) => candidates = more,
                 None => break None,
             }
         };

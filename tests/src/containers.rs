@@ -81,13 +81,18 @@ impl Container {
     /// Runs `script` in busybox's sh in a new container named `name`, with
     /// `labels`.
     pub fn run(name: &str, labels: &[&str], script: &str) -> Self {
+        let labels: Vec<&str> = labels.iter().flat_map(|l| ["--label", l]).collect();
+        Self::run_with(name, &labels, script)
+    }
+
+    /// Runs `script` as [`Container::run`] does, with more of `podman
+    /// run`'s options (`-v HOST:INSIDE`...).
+    pub fn run_with(name: &str, options: &[&str], script: &str) -> Self {
         ensure_image();
         let _ = podman().args(["rm", "-f", "-t", "0", name]).output();
         let mut c = podman();
         c.args(["run", "-d", "--name", name]);
-        for l in labels {
-            c.args(["--label", l]);
-        }
+        c.args(options);
         c.args([
             "--ulimit",
             "nofile=1024:1024",

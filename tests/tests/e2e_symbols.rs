@@ -11,6 +11,9 @@
 //! - `node --perf-basic-prof` (Debian's nodejs) running a JavaScript loop:
 //!   its JIT frames named after the process exited and its perf map was
 //!   removed (the daemon kept a copy in the snapshot's sidecar).
+//! - A static program in a Podman container, at a path only the container
+//!   has: named on the host through the container's root while it runs,
+//!   carried by `archive`, and named from the archive once it is gone.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -734,4 +737,157 @@ fn node_jit_frames_are_named_after_the_process_exited() {
         anon * 20 <= samples,
         "{anon} of {samples} with an unnamed JIT frame"
     );
+}
+
+/// Spins in `contained_hot_loop`; linked statically, since the test
+/// image has no libc.
+const CONTAINED_C: &str = r#"
+static volatile unsigned long sink;
+__attribute__((noinline)) void contained_hot_loop(void) {
+    for (unsigned long i = 0; i < 20000000; i++) sink += i * 5;
+}
+int main(void) { for (;;) contained_hot_loop(); }
+"#;
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_containers_own_binary_is_named_on_the_host_and_offline() {
+    let test = "a_containers_own_binary_is_named_on_the_host_and_offline";
+    require_root(test);
+    if !have(test, "gcc", &["--version"]) || !have(test, "podman", &["--version"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = gcc(&bin, "fr-contained", CONTAINED_C, &["-O2", "-static"]);
+    // Mounted at a path this machine's tree does not have: the kernel
+    // records the path inside the container, so the file is found only
+    // through the container's root.
+    let inside_dir = format!("/opt/flightrec-test-{}", std::process::id());
+    let inside = format!("{inside_dir}/fr-contained");
+    assert!(!Path::new(&inside).exists());
+    let d = roomy_daemon();
+    let container = flightrec_tests::containers::Container::run_with(
+        "fr-e2e-symbols",
+        &["-v", &format!("{}:{inside_dir}:ro", bin.display())],
+        &format!("exec {inside}"),
+    );
+    let pid = container.pid();
+    wait_for(
+        "the contained program running",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&inside)),
+    );
+    wait_cpu(pid, 100);
+    wait_for(
+        "build-ids of the mapped files",
+        Duration::from_secs(20),
+        || build_ids(&d).1 == 0,
+    );
+    let snapshot = dump(&d);
+    let id = snapshot_id(&snapshot);
+    let out = work.path();
+    let export = |name: &str, extra: &[&str]| {
+        let collapsed = out.join(name);
+        let mut args = vec![
+            "export",
+            snapshot.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            collapsed.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let summary = snapctl_json(&d, &args, &[]);
+        (folded(&collapsed), unresolved(&summary))
+    };
+    // Of the program's samples, the share in its hot loop and the frames
+    // left unnamed in its file.
+    let program = |stacks: &[(Vec<String>, u64)]| {
+        let of_program: Vec<&(Vec<String>, u64)> = stacks
+            .iter()
+            .filter(|(f, _)| f[0] == "fr-contained")
+            .collect();
+        let samples: u64 = of_program.iter().map(|(_, n)| n).sum();
+        let hot: u64 = of_program
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == "contained_hot_loop"))
+            .map(|(_, n)| n)
+            .sum();
+        let unnamed: u64 = of_program
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| x.starts_with("fr-contained+0x")))
+            .map(|(_, n)| n)
+            .sum();
+        (samples, hot, unnamed)
+    };
+
+    // On the host, while it runs: through its root.
+    let (stacks, misses) = export("live.folded", &[]);
+    let (samples, hot, unnamed) = program(&stacks);
+    assert!(samples >= 50, "samples of the contained program: {samples}");
+    assert!(
+        hot * 2 >= samples,
+        "{hot} of {samples} in contained_hot_loop"
+    );
+    assert_eq!(unnamed, 0, "{misses:?}");
+    assert!(!misses.contains_key(&inside), "{misses:?}");
+
+    // The archive carries it, found the same way.
+    let tarball = out.join("a.tar");
+    let archived = snapctl_json(
+        &d,
+        &[
+            "archive",
+            snapshot.to_str().unwrap(),
+            "-o",
+            tarball.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let names: Vec<&str> = archived["build_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&inside.as_str()),
+        "{inside} not in {names:?}"
+    );
+
+    // Once the container is gone, the host has no such file...
+    container.remove();
+    std::fs::remove_file(&exe).unwrap();
+    let (stacks, misses) = export("gone.folded", &[]);
+    let (samples, _, unnamed) = program(&stacks);
+    assert!(samples >= 50 && unnamed == samples, "{misses:?}");
+    assert!(
+        misses
+            .get(&inside)
+            .is_some_and(|(_, why)| why.contains("no file with this build-id")),
+        "{misses:?}"
+    );
+    // ...and the archive names it offline.
+    let unpacked = out.join("unpacked");
+    unpack(&tarball, &unpacked);
+    let collapsed = out.join("archived.folded");
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            unpacked.join(format!("{id}.perf.data")).to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "--symfs",
+            unpacked.to_str().unwrap(),
+            "--no-local-files",
+            "-o",
+            collapsed.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (samples, hot, unnamed) = program(&folded(&collapsed));
+    assert!(samples >= 50 && hot * 2 >= samples && unnamed == 0);
 }

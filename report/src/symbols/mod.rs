@@ -192,6 +192,7 @@ pub fn resolve_with_lines(snap: &Snapshot, sources: &SymbolSources) -> (Names, L
         names: &mut names,
         lines: &mut lines,
     };
+    let pids = frame_pids(snap);
     // JIT code lies in anonymous maps (or none the snapshot names).
     let mut jit_frames: Vec<(usize, String)> = Vec::new();
     for ((path, build_id), frames) in by_file {
@@ -211,13 +212,17 @@ pub fn resolve_with_lines(snap: &Snapshot, sources: &SymbolSources) -> (Names, L
             jit_frames.extend(frames.iter().map(|&(i, _)| (i, why.to_string())));
             continue;
         };
-        let left = resolve_file(&symbolizer, &path, build_id, &frames, sources, &mut named);
+        let file = FileToName {
+            path: &path,
+            build_id,
+            holders: holders(&pids, &frames),
+        };
+        let left = resolve_file(&symbolizer, &file, &frames, sources, &mut named);
         if let Some((n, reason)) = left {
             unresolved.push(miss(n, &reason));
         }
     }
     if !jit.is_empty() {
-        let pids = frame_pids(snap);
         let mut still = Vec::new();
         for (i, reason) in jit_frames {
             match jit_name(snap, &jit, &pids, i) {
@@ -373,14 +378,14 @@ pub fn demangle(name: &str) -> String {
 /// many stay unnamed and why.
 fn resolve_file(
     symbolizer: &Symbolizer,
-    path: &str,
-    build_id: &[u8],
+    file: &FileToName,
     frames: &[(usize, u64)],
     sources: &SymbolSources,
     named: &mut Named,
 ) -> Option<(usize, String)> {
+    let (path, build_id) = (file.path, file.build_id);
     let mut why = Vec::new();
-    let binary = find_elf(path, build_id, sources)
+    let binary = find_elf(file, sources)
         .or_else(|| debug_files::fetch_executable(build_id, sources, &mut why));
     let debug = debug_files::find(path, build_id, binary.as_ref(), sources, &mut why);
     let Some(binary) = binary else {
@@ -652,8 +657,41 @@ pub(crate) fn cache_entries(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
     }
 }
 
-/// A copy of the ELF file `path` with `build_id`.
-fn find_elf(path: &str, build_id: &[u8], sources: &SymbolSources) -> Option<File> {
+/// A file whose frames are to be named: its path as the kernel recorded
+/// it, its build-id and the processes whose samples hold its frames.
+struct FileToName<'a> {
+    path: &'a str,
+    build_id: &'a [u8],
+    holders: Vec<u32>,
+}
+
+/// Most processes whose root a file is looked for in: enough for the
+/// replicas of a service, few enough to bound the opens.
+const MAX_HOLDERS: usize = 16;
+
+/// The processes holding any of `frames`, each once, at most
+/// [`MAX_HOLDERS`].
+fn holders(pids: &HashMap<usize, Vec<u32>>, frames: &[(usize, u64)]) -> Vec<u32> {
+    let mut out: Vec<u32> = frames
+        .iter()
+        .filter_map(|(i, _)| pids.get(i))
+        .flatten()
+        .copied()
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out.truncate(MAX_HOLDERS);
+    out
+}
+
+/// A copy of the ELF file `file.path` with `file.build_id`: from a cache,
+/// at its path, then (for a process in another mount namespace, a
+/// container's) inside the root of a process that held its frames, if it
+/// still runs here. Every candidate is checked by build-id, so a pid
+/// reused since or a path that names another file inside that root
+/// gives nothing.
+fn find_elf(file: &FileToName, sources: &SymbolSources) -> Option<File> {
+    let (path, build_id) = (file.path, file.build_id);
     let mut candidates: Vec<(PathBuf, Links)> = Vec::new();
     for dir in &sources.symfs {
         // A cache entry's debug file has the same build-id but no code:
@@ -671,6 +709,13 @@ fn find_elf(path: &str, build_id: &[u8], sources: &SymbolSources) -> Option<File
     if sources.local_files {
         let on_disk = path.strip_suffix(" (deleted)").unwrap_or(path);
         candidates.push((PathBuf::from(on_disk), Links::Refuse));
+        let inside = on_disk.trim_start_matches('/');
+        for pid in &file.holders {
+            candidates.push((
+                Path::new(&format!("/proc/{pid}/root")).join(inside),
+                Links::Refuse,
+            ));
+        }
     }
     candidates
         .into_iter()
