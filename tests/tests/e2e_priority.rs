@@ -133,7 +133,10 @@ fn compressions_at_level_22_leave_a_normal_loop_at_least_half_its_cpu() {
         last > window_end,
         "the compressions were over before the measurement ended ({last:?})"
     );
-    assert!(baseline > 0.5, "the loop alone got {baseline:.2} of a CPU");
+    // The claim is relative to what the loop gets alone, which a busy
+    // machine (builds, other tests) makes less than a whole CPU; too
+    // little to measure a half of is no measurement.
+    assert!(baseline > 0.2, "the loop alone got {baseline:.2} of a CPU");
     assert!(
         during >= baseline * 0.5,
         "the loop got {:.0}% of its baseline while compressions ran",
