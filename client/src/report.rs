@@ -90,7 +90,7 @@ fn read(
     max_decompressed: Option<u64>,
     known: &[Container],
 ) -> Result<(Snapshot, Names, symbols::Lines), ReportError> {
-    let mut snap = load::read(snapshot, max_decompressed)?;
+    let mut snap = load::read_unwinding(snapshot, max_decompressed, Some(sources))?;
     cgroups::name_containers(&mut snap, known);
     let (names, lines) = symbols::resolve_with_lines(&snap, sources);
     Ok((snap, names, lines))

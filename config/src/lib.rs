@@ -28,9 +28,9 @@ pub use fleet::{
 pub use load::{ConfigError, LoadedConfig};
 pub use message::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, line_column, quoted, truncated};
 pub use schema::{
-    BuffersConfig, Compression, Config, ContainersConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET,
-    DEFAULT_SOCKET_GROUP, DaemonConfig, EventConfig, HistoryConfig, RetentionConfig,
-    SnapshotConfig, TrackingConfig, default_events,
+    BuffersConfig, Callchain, Compression, Config, ContainersConfig, DEFAULT_CONFIG_PATH,
+    DEFAULT_SOCKET, DEFAULT_SOCKET_GROUP, DEFAULT_STACK_SIZE, DaemonConfig, EventConfig,
+    HistoryConfig, MAX_STACK_SIZE, RetentionConfig, SnapshotConfig, TrackingConfig, default_events,
 };
 pub use trigger::{
     DEFAULT_COOLDOWN, DEFAULT_MAX_PER_HOUR, DEFAULT_WINDOW, MAX_CGROUP_BYTES, MAX_TRIGGER_CGROUPS,

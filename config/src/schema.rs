@@ -84,8 +84,15 @@ pub struct EventConfig {
     /// One sample every N events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period: Option<Spanned<u64>>,
-    #[serde(default)]
-    pub callchain: bool,
+    /// Call chains with each sample: `false`, `true` (frame pointers, the
+    /// kernel's walk) or `"dwarf"` (registers and a copy of the user
+    /// stack, unwound later from the files' unwind tables).
+    #[serde(default = "no_callchain")]
+    pub callchain: Spanned<Callchain>,
+    /// Bytes of user stack copied with each sample (`callchain = "dwarf"`
+    /// only; default [`DEFAULT_STACK_SIZE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_size: Option<Spanned<ByteSize>>,
     /// Also record a PERF_RECORD_SWITCH_CPU_WIDE record of every context
     /// switch into this event's ring (what samply and hotspot compute
     /// off-CPU time from).
@@ -94,6 +101,75 @@ pub struct EventConfig {
     /// Tracepoint filter in ftrace syntax, e.g. `prev_pid != 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+}
+
+/// User stack copied with each sample of a `callchain = "dwarf"` event
+/// when `stack_size` is not given (perf's default).
+pub const DEFAULT_STACK_SIZE: ByteSize = ByteSize::kib(8);
+/// The largest `stack_size`: a sample record's size is a u16, and perf's
+/// own limit is this.
+pub const MAX_STACK_SIZE: u64 = 65528;
+
+fn no_callchain() -> Spanned<Callchain> {
+    unspanned(Callchain::None)
+}
+
+/// How an event's call chains are recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Callchain {
+    /// None: the sampled address alone.
+    #[default]
+    None,
+    /// The kernel walks the frame pointers (`true`, or `"fp"`).
+    FramePointer,
+    /// The kernel's chain, plus the user registers and a copy of the user
+    /// stack, unwound later (`"dwarf"`, as `perf record --call-graph
+    /// dwarf`).
+    Dwarf,
+}
+
+impl Callchain {
+    /// Any call chain at all.
+    pub fn recorded(self) -> bool {
+        self != Callchain::None
+    }
+}
+
+impl Serialize for Callchain {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Callchain::None => s.serialize_bool(false),
+            Callchain::FramePointer => s.serialize_bool(true),
+            Callchain::Dwarf => s.serialize_str("dwarf"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Callchain {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Callchain;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false, \"fp\" or \"dwarf\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Callchain, E> {
+                Ok(if v {
+                    Callchain::FramePointer
+                } else {
+                    Callchain::None
+                })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Callchain, E> {
+                match v {
+                    "fp" => Ok(Callchain::FramePointer),
+                    "dwarf" => Ok(Callchain::Dwarf),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// `compression` in `[snapshot]`.
@@ -309,7 +385,8 @@ pub fn default_events() -> Vec<Spanned<EventConfig>> {
             name: unspanned("cpu-clock".into()),
             frequency: Some(unspanned(999)),
             period: None,
-            callchain: true,
+            callchain: unspanned(Callchain::FramePointer),
+            stack_size: None,
             context_switch: false,
             filter: None,
         }),
@@ -317,7 +394,8 @@ pub fn default_events() -> Vec<Spanned<EventConfig>> {
             name: unspanned("sched:sched_switch".into()),
             frequency: None,
             period: None,
-            callchain: false,
+            callchain: unspanned(Callchain::None),
+            stack_size: None,
             context_switch: false,
             filter: None,
         }),

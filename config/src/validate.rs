@@ -9,8 +9,8 @@ use toml::Spanned;
 use crate::checks::{MAX_FILTER_BYTES, check_event_name};
 use crate::message::quoted;
 use crate::schema::{
-    BuffersConfig, Config, ContainersConfig, DaemonConfig, EventConfig, HistoryConfig,
-    SnapshotConfig, TrackingConfig,
+    BuffersConfig, Callchain, Config, ContainersConfig, DaemonConfig, EventConfig, HistoryConfig,
+    MAX_STACK_SIZE, SnapshotConfig, TrackingConfig,
 };
 use crate::units::ByteSize;
 
@@ -282,6 +282,7 @@ impl EventConfig {
                 ),
             ));
         }
+        self.validate_stack_size()?;
         match (&self.frequency, &self.period) {
             (Some(_), Some(p)) => Err((
                 p.span(),
@@ -296,6 +297,34 @@ impl EventConfig {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+impl EventConfig {
+    /// `stack_size`: only with dwarf call chains, whole u64s, within what
+    /// a sample record holds.
+    fn validate_stack_size(&self) -> Result<(), (Range<usize>, String)> {
+        let Some(size) = &self.stack_size else {
+            return Ok(());
+        };
+        let name = self.name.get_ref();
+        let bytes = size.get_ref().bytes();
+        if *self.callchain.get_ref() != Callchain::Dwarf {
+            return Err((
+                size.span(),
+                format!("event {name:?}: stack_size needs callchain = \"dwarf\""),
+            ));
+        }
+        if bytes == 0 || bytes > MAX_STACK_SIZE || bytes % 8 != 0 {
+            return Err((
+                size.span(),
+                format!(
+                    "event {name:?}: stack_size must be a multiple of 8 bytes from 8 to \
+                     {MAX_STACK_SIZE} (a sample record is at most 64 KiB), not {bytes}"
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -450,6 +479,62 @@ mod tests {
     fn level_out_of_range_is_located() {
         rejected_at("[snapshot]\nlevel = 23\n", 2, 9, "zstd levels are 1 to 22");
         rejected_at("[snapshot]\nlevel = 0\n", 2, 9, "out of range");
+    }
+
+    #[test]
+    fn callchains_parse_and_a_bad_stack_size_is_located() {
+        use crate::schema::Callchain;
+        let cfg = parse(
+            "[[event]]\nname = \"cpu-clock\"\ncallchain = \"dwarf\"\nstack_size = \"16KiB\"\n\
+             [[event]]\nname = \"cycles\"\ncallchain = true\n\
+             [[event]]\nname = \"sched:sched_switch\"\ncallchain = \"fp\"\n",
+        )
+        .unwrap();
+        let modes: Vec<Callchain> = cfg
+            .events
+            .iter()
+            .map(|e| *e.get_ref().callchain.get_ref())
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                Callchain::Dwarf,
+                Callchain::FramePointer,
+                Callchain::FramePointer
+            ]
+        );
+        let size = cfg.events[0].get_ref().stack_size.as_ref().unwrap();
+        assert_eq!(size.get_ref().bytes(), 16 << 10);
+        // Printed back as it reads.
+        let again = parse(&cfg.to_toml()).unwrap();
+        assert_eq!(
+            *again.events[0].get_ref().callchain.get_ref(),
+            Callchain::Dwarf
+        );
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\ncallchain = \"lbr\"\n",
+            3,
+            13,
+            "expected true, false, \"fp\" or \"dwarf\"",
+        );
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\ncallchain = true\nstack_size = \"8KiB\"\n",
+            4,
+            14,
+            "stack_size needs callchain = \"dwarf\"",
+        );
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\ncallchain = \"dwarf\"\nstack_size = \"64KiB\"\n",
+            4,
+            14,
+            "a multiple of 8 bytes from 8 to 65528",
+        );
+        rejected_at(
+            "[[event]]\nname = \"cpu-clock\"\ncallchain = \"dwarf\"\nstack_size = 1001\n",
+            4,
+            14,
+            "not 1001",
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod pprof;
 pub mod stacks;
 pub mod symbols;
 pub mod tracefmt;
+pub mod unwind;
 
 use std::path::PathBuf;
 

@@ -25,7 +25,9 @@ use linux_perf_data::{DsoKey, Feature, PerfFileReader, PerfFileRecord};
 use crate::ReportError;
 use crate::cgroups::{self, CgroupTable};
 use crate::model::*;
+use crate::symbols::SymbolSources;
 use crate::tracefmt::{SwitchFields, SwitchRecord};
+use crate::unwind::{LiveMapView, Unwinding};
 
 /// Call chain entries at or above this are context markers
 /// (`PERF_CONTEXT_KERNEL`, `PERF_CONTEXT_USER`, ...), not addresses.
@@ -42,6 +44,17 @@ const SLEEP_STATES: u64 = 0xff;
 /// `max_decompressed` bytes once decompressed (default: [`default_limit`]
 /// of the file's size).
 pub fn read(path: &Path, max_decompressed: Option<u64>) -> Result<Snapshot, ReportError> {
+    read_unwinding(path, max_decompressed, None)
+}
+
+/// [`read`], unwinding the user stacks that samples carry
+/// (`callchain = "dwarf"`) from the files `sources` finds; without
+/// sources such a sample's stack is its kernel part and sampled address.
+pub fn read_unwinding(
+    path: &Path,
+    max_decompressed: Option<u64>,
+    sources: Option<&SymbolSources>,
+) -> Result<Snapshot, ReportError> {
     let err = |e: &dyn std::fmt::Display| ReportError::Snapshot {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -71,7 +84,10 @@ pub fn read(path: &Path, max_decompressed: Option<u64>) -> Result<Snapshot, Repo
     } = PerfFileReader::parse_file(BufReader::with_capacity(256 << 10, plain))
         .map_err(parse_err)?;
 
-    let mut loader = Loader::default();
+    let mut loader = Loader {
+        unwind: sources.map(Unwinding::new),
+        ..Loader::default()
+    };
     let snap = &mut loader.snap;
     snap.host = perf_file
         .hostname()
@@ -234,6 +250,8 @@ struct Loader {
     running: HashMap<u32, (ThreadId, u64)>,
     switched_out: HashMap<i32, SwitchedOut>,
     cgroups: CgroupTable,
+    /// Unwinds the user stacks samples carry, when asked to.
+    unwind: Option<Unwinding>,
 }
 
 impl Loader {
@@ -323,6 +341,9 @@ impl Loader {
             next
         });
         let kernel = pid == -1;
+        if !kernel && let Some(unwind) = &mut self.unwind {
+            unwind.forget(pid);
+        }
         if kernel && path.starts_with("[kernel.kallsyms]") {
             self.snap.kernel_text = Some(pgoff);
         }
@@ -451,6 +472,7 @@ impl Loader {
     /// The sample's call chain (or its ip alone), each frame looked up in
     /// the maps of this moment, interned.
     fn stack(&mut self, pid: i32, s: &SampleRecord) -> StackId {
+        let user = self.unwound(pid, s);
         let mut frames = Vec::new();
         let mut kernel = matches!(s.cpu_mode, CpuMode::Kernel);
         match &s.callchain {
@@ -469,17 +491,51 @@ impl Loader {
                     frames.push(self.frame(pid, addr, kernel, leaf));
                 }
             }
+            _ if user.is_some() => {}
             _ => {
                 if let Some(ip) = s.ip {
                     frames.push(self.frame(pid, ip, kernel, true));
                 }
             }
         }
+        // The user part, unwound from the stack copy, after the kernel's.
+        for (i, addr) in user.into_iter().flatten().enumerate() {
+            frames.push(self.frame(pid, addr, false, i == 0));
+        }
         let next = self.snap.stacks.len() as StackId;
         *self.stacks.entry(frames.clone()).or_insert_with(|| {
             self.snap.stacks.push(frames);
             next
         })
+    }
+
+    /// The user frames unwound from a sample's registers and stack copy,
+    /// if it carries them and unwinding was asked for.
+    fn unwound(&mut self, pid: i32, s: &SampleRecord) -> Option<Vec<u64>> {
+        let unwind = self.unwind.as_mut()?;
+        let regs = s.user_regs.as_ref()?;
+        let (stack, dyn_size) = s.user_stack.as_ref()?;
+        let maps: Vec<LiveMapView> = self
+            .spaces
+            .get(&pid)?
+            .iter()
+            .map(|(&start, m)| LiveMapView {
+                start,
+                end: m.end,
+                pgoff: m.pgoff,
+                map: m.map as usize,
+            })
+            .collect();
+        let stack = stack.as_slice();
+        let frames = unwind.unwind(
+            pid,
+            |r| regs.get(r),
+            &stack,
+            *dyn_size,
+            &maps,
+            &self.snap.maps,
+        )?;
+        (!frames.is_empty()).then_some(frames)
     }
 
     fn frame(&mut self, pid: i32, addr: u64, kernel: bool, leaf: bool) -> FrameId {

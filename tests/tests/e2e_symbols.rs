@@ -14,6 +14,10 @@
 //! - A static program in a Podman container, at a path only the container
 //!   has: named on the host through the container's root while it runs,
 //!   carried by `archive`, and named from the archive once it is gone.
+//! - `callchain = "dwarf"`: a C program built without frame pointers
+//!   (`main;a;b;c;burn`) and Debian's python3.11, unwound by `snapctl
+//!   export` from their stack copies, against `perf script` on the same
+//!   snapshot and against frame-pointer chains of the same samples.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -890,4 +894,158 @@ fn a_containers_own_binary_is_named_on_the_host_and_offline() {
     );
     let (samples, hot, unnamed) = program(&folded(&collapsed));
     assert!(samples >= 50 && hot * 2 >= samples && unnamed == 0);
+}
+
+/// `main` calls `a`, `b`, `c` and `burn`, none inlined and none a tail
+/// call (each does more after it); built without frame pointers, as
+/// distributions build.
+const DWARF_C: &str = r#"
+static volatile unsigned long sink;
+__attribute__((noinline)) void burn(void) { for (unsigned long i = 0; i < 1000000; i++) sink += i; }
+__attribute__((noinline)) void c(void) { burn(); sink++; }
+__attribute__((noinline)) void b(void) { c(); sink++; }
+__attribute__((noinline)) void a(void) { b(); sink++; }
+int main(void) { for (;;) { a(); sink++; } }
+"#;
+
+/// A Python loop that spends its time in the interpreter.
+const PYTHON_LOOP: &str = "def f(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n    return s\nwhile True:\n    f(100000)\n";
+
+/// Whether `stack` (root first) holds `main;a;b;c;burn` ending at its leaf.
+fn reaches_main(stack: &[String]) -> bool {
+    stack.ends_with(&["main", "a", "b", "c", "burn"].map(String::from))
+}
+
+/// Per event, of the samples of `comm` that `perf script` unwinds from a
+/// snapshot: (how many, how many reach `main;a;b;c;burn`).
+fn perf_unwound(snapshot: &Path, comm: &str) -> BTreeMap<String, (u64, u64)> {
+    let out = run(Command::new("perf")
+        .args(["script", "-F", "event,ip,sym", "--comm", comm, "-i"])
+        .arg(snapshot));
+    let mut by_event: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for block in out.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.lines().filter(|l| !l.trim().is_empty());
+        let Some(first) = lines.next() else { continue };
+        let event = first.trim().split(':').next().unwrap_or("").to_string();
+        // Leaf first; each line `ADDR SYMBOL+OFFSET` or `ADDR [unknown]`.
+        let mut frames: Vec<String> = std::iter::once(first)
+            .chain(lines)
+            .filter_map(|l| l.split_whitespace().last())
+            .map(|sym| sym.split('+').next().unwrap_or(sym).to_string())
+            .filter(|sym| !sym.ends_with(':'))
+            .collect();
+        frames.reverse();
+        let e = by_event.entry(event).or_default();
+        e.0 += 1;
+        if reaches_main(&frames) {
+            e.1 += 1;
+        }
+    }
+    by_event
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn dwarf_call_chains_unwind_a_program_built_without_frame_pointers() {
+    let test = "dwarf_call_chains_unwind_a_program_built_without_frame_pointers";
+    require_root(test);
+    if !have(test, "gcc", &["--version"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let exe = gcc(
+        work.path(),
+        "dwarf-stacks",
+        DWARF_C,
+        &["-O2", "-fomit-frame-pointer"],
+    );
+    // The same samples two ways: cpu-clock with stack copies, task-clock
+    // with the kernel's frame-pointer walk. Rings of 16 MiB hold a second
+    // of 8 KiB stack copies at 999 Hz on each CPU.
+    let dir = tempfile::tempdir().unwrap();
+    let text = test_config(dir.path(), "")
+        .replace("per_cpu = \"256KiB\"", "per_cpu = \"16MiB\"")
+        .replace("[[event]]\nname = \"sched:sched_switch\"\n", "")
+        .replace(
+            "name = \"cpu-clock\"\nfrequency = 999\ncallchain = true",
+            "name = \"cpu-clock\"\nfrequency = 999\ncallchain = \"dwarf\"\n\n\
+             [[event]]\nname = \"task-clock\"\nfrequency = 999\ncallchain = true",
+        );
+    assert!(
+        text.contains("\"dwarf\"") && !text.contains("sched_switch"),
+        "{text}"
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    let program = spawn(&mut Command::new(&exe));
+    let pid = program.0.id();
+    // Debian's python3.11, stripped, built without frame pointers.
+    let python = spawn(Command::new("python3.11").args(["-c", PYTHON_LOOP]));
+    wait_cpu(pid, 100);
+    wait_cpu(python.0.id(), 100);
+    let snapshot = dump(&d);
+
+    let share = |event: &str, comm: &str, whole: &dyn Fn(&[String]) -> bool| {
+        let collapsed = work.path().join(format!("{event}-{comm}.folded"));
+        snapctl_json(
+            &d,
+            &[
+                "export",
+                snapshot.to_str().unwrap(),
+                "--format",
+                "collapsed",
+                "--event",
+                event,
+                "-o",
+                collapsed.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let stacks = folded(&collapsed);
+        let of_program: Vec<&(Vec<String>, u64)> =
+            stacks.iter().filter(|(f, _)| f[0] == comm).collect();
+        let samples: u64 = of_program.iter().map(|(_, n)| n).sum();
+        let reached: u64 = of_program
+            .iter()
+            .filter(|(f, _)| whole(f))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(samples >= 200, "{samples} samples of {comm} in {event}");
+        (samples, reached)
+    };
+    let (samples, whole) = share("cpu-clock", "dwarf-stacks", &|f| reaches_main(f));
+    let ours = whole as f64 * 100.0 / samples as f64;
+    assert!(
+        ours >= 95.0,
+        "dwarf: {whole} of {samples} samples ({ours:.1}%) reach main;a;b;c;burn"
+    );
+    let (fp_samples, fp_whole) = share("task-clock", "dwarf-stacks", &|f| reaches_main(f));
+    let fp = fp_whole as f64 * 100.0 / fp_samples as f64;
+    assert!(
+        fp < 20.0,
+        "frame pointers: {fp_whole} of {fp_samples} ({fp:.1}%) reach main;a;b;c;burn"
+    );
+    // perf unwinds the same stack copies from the same snapshot.
+    let theirs = perf_unwound(&snapshot, "dwarf-stacks");
+    let (perf_samples, perf_whole) = theirs.get("cpu-clock").copied().unwrap_or_default();
+    assert!(perf_samples >= 200, "perf script: {theirs:?}");
+    let perf_share = perf_whole as f64 * 100.0 / perf_samples as f64;
+    assert!(
+        (ours - perf_share).abs() <= 2.0,
+        "flightrec {ours:.1}% of {samples}, perf {perf_share:.1}% of {perf_samples}"
+    );
+    // Python's C stack, from its eval loop down to its main.
+    let in_main = |f: &[String]| f.iter().any(|x| x == "Py_BytesMain");
+    let (py_samples, py_whole) = share("cpu-clock", "python3.11", &in_main);
+    let py = py_whole as f64 * 100.0 / py_samples as f64;
+    assert!(
+        py >= 90.0,
+        "python3.11: {py_whole} of {py_samples} ({py:.1}%) reach Py_BytesMain"
+    );
+    let (py_fp_samples, py_fp_whole) = share("task-clock", "python3.11", &in_main);
+    eprintln!(
+        "main;a;b;c;burn: dwarf {ours:.1}% of {samples} (perf {perf_share:.1}% of \
+         {perf_samples}), frame pointers {fp:.1}% of {fp_samples}; python3.11 reaching \
+         Py_BytesMain: dwarf {py:.1}% of {py_samples}, frame pointers {py_fp_whole} of \
+         {py_fp_samples}"
+    );
 }

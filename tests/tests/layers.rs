@@ -197,8 +197,12 @@ fn report_modules_use_only_what_the_table_allows() {
             ("tracefmt", &[]),
             ("model", &[]),
             ("cgroups", &["model"]),
-            ("load", &["tracefmt", "model", "cgroups"]),
             ("symbols", &["tracefmt", "model"]),
+            ("unwind", &["model", "symbols"]),
+            (
+                "load",
+                &["tracefmt", "model", "cgroups", "symbols", "unwind"],
+            ),
             (
                 "stacks",
                 &["tracefmt", "model", "cgroups", "load", "symbols"],

@@ -38,6 +38,10 @@ pub struct EventSpec {
     pub frequency: Option<u64>,
     /// Record kernel and user call chains with each sample.
     pub callchain: bool,
+    /// With `callchain`: the user part as the user registers and a copy of
+    /// this many bytes of the user stack (perf's `--call-graph dwarf`),
+    /// not the kernel's frame-pointer walk.
+    pub user_stack: Option<u32>,
     /// Record every context switch (`attr.context_switch`).
     pub context_switch: bool,
     /// Tracepoint filter (`PERF_EVENT_IOC_SET_FILTER`), e.g. `prev_pid != 0`.
@@ -318,6 +322,15 @@ impl EventSpec {
         if self.callchain {
             sample_type |= sample::IP | sample::CALLCHAIN;
         }
+        let (mut sample_regs_user, mut sample_stack_user) = (0, 0);
+        if let Some(bytes) = self.user_stack {
+            // As perf records `--call-graph dwarf`: the kernel's part of the
+            // chain, the user registers an unwinder starts from and the
+            // stack it reads.
+            sample_type |= sample::IP | sample::CALLCHAIN | sample::REGS_USER | sample::STACK_USER;
+            sample_regs_user = crate::abi::USER_REGS_MASK;
+            sample_stack_user = bytes;
+        }
         if self.cgroup {
             sample_type |= sample::CGROUP;
         }
@@ -331,6 +344,9 @@ impl EventSpec {
         if self.context_switch {
             flags |= attr_flag::CONTEXT_SWITCH;
         }
+        if self.user_stack.is_some() {
+            flags |= attr_flag::EXCLUDE_CALLCHAIN_USER;
+        }
         let attr = EventAttr {
             type_,
             config,
@@ -339,6 +355,8 @@ impl EventSpec {
             read_format: read_format::ID | read_format::LOST,
             flags,
             clockid: crate::abi::SAMPLE_CLOCKID,
+            sample_regs_user,
+            sample_stack_user,
             ..EventAttr::default()
         };
         Ok(ResolvedEvent {
@@ -510,6 +528,35 @@ mod tests {
         let low = FakeSystem::new(false, "1000");
         let ev = low.resolve(&EventSpec::new("cpu-clock")).unwrap();
         assert_eq!(ev.attr.sample_period_or_freq, 1000);
+    }
+
+    #[test]
+    fn dwarf_callchains_ask_for_user_registers_and_stack_as_perf_does() {
+        let sys = FakeSystem::new(false, "100000");
+        let spec = EventSpec {
+            callchain: true,
+            user_stack: Some(8192),
+            ..EventSpec::new("cpu-clock")
+        };
+        let ev = sys.resolve(&spec).unwrap();
+        let wanted = sample::CALLCHAIN | sample::REGS_USER | sample::STACK_USER;
+        assert_eq!(ev.attr.sample_type & wanted, wanted);
+        assert_eq!(ev.attr.sample_stack_user, 8192);
+        assert_eq!(ev.attr.sample_regs_user, crate::abi::USER_REGS_MASK);
+        // The kernel's part of the chain only: the user part is unwound.
+        assert!(ev.attr.has_flag(attr_flag::EXCLUDE_CALLCHAIN_USER));
+        let fp = sys
+            .resolve(&EventSpec {
+                user_stack: None,
+                ..spec
+            })
+            .unwrap();
+        assert_eq!(fp.attr.sample_type & sample::STACK_USER, 0);
+        assert_eq!(
+            (fp.attr.sample_regs_user, fp.attr.sample_stack_user),
+            (0, 0)
+        );
+        assert!(!fp.attr.has_flag(attr_flag::EXCLUDE_CALLCHAIN_USER));
     }
 
     #[test]

@@ -23,9 +23,22 @@ pub struct TrackingRing {
     ring: ForwardRing,
 }
 
+/// What the tracking event records besides tasks, comms and executable
+/// maps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrackingOptions {
+    /// CGROUP records (cgroup ids to paths).
+    pub cgroups: bool,
+    /// MMAP2 records of data mappings too: an unwinder of `dwarf` stack
+    /// copies (perf's) reads a file's `.eh_frame_hdr` from the read-only
+    /// mapping it lies in, as `perf record --call-graph dwarf` records
+    /// them.
+    pub data_maps: bool,
+}
+
 /// The tracking event's attr for a ring of `data_size` bytes: wake the reader
-/// when a quarter of the ring is full. `cgroups`: CGROUP records too.
-pub fn tracking_attr(data_size: usize, cgroups: bool) -> EventAttr {
+/// when a quarter of the ring is full.
+pub fn tracking_attr(data_size: usize, options: TrackingOptions) -> EventAttr {
     let watermark = u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1);
     EventAttr {
         type_: event_type::SOFTWARE,
@@ -43,7 +56,16 @@ pub fn tracking_attr(data_size: usize, cgroups: bool) -> EventAttr {
             | attr_flag::COMM_EXEC
             | attr_flag::USE_CLOCKID
             | attr_flag::BUILD_ID
-            | if cgroups { attr_flag::CGROUP } else { 0 },
+            | if options.cgroups {
+                attr_flag::CGROUP
+            } else {
+                0
+            }
+            | if options.data_maps {
+                attr_flag::MMAP_DATA
+            } else {
+                0
+            },
         wakeup: watermark,
         clockid: crate::abi::SAMPLE_CLOCKID,
         ..EventAttr::default()
@@ -53,9 +75,9 @@ pub fn tracking_attr(data_size: usize, cgroups: bool) -> EventAttr {
 impl TrackingRing {
     /// Opens the tracking event on `cpu` with a ring of `data_pages` pages,
     /// disabled until [`TrackingRing::enable`].
-    pub fn open(cpu: u32, data_pages: usize, cgroups: bool) -> Result<Self, PerfError> {
+    pub fn open(cpu: u32, data_pages: usize, options: TrackingOptions) -> Result<Self, PerfError> {
         let page = sys::page_size();
-        let attr = tracking_attr(data_pages.saturating_mul(page), cgroups);
+        let attr = tracking_attr(data_pages.saturating_mul(page), options);
         let open_err = |source: std::io::Error| PerfError::Open {
             event: TRACKING_EVENT_NAME.into(),
             cpu,

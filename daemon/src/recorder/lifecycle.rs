@@ -14,7 +14,7 @@ use super::start::{EventInfo, event_info};
 use crate::host::{HostInfo, HostInfoError, kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
-use crate::perf::tracking_ring::TrackingRing;
+use crate::perf::tracking_ring::{TrackingOptions, TrackingRing};
 use crate::perf::{PerfError, data_pages_for, page_size};
 use crate::ring::Corruption;
 use crate::ring::size_at_end::SizeAtEndError;
@@ -151,15 +151,23 @@ impl Recorder {
 
         // Tracking first, so nothing between the /proc scan and the first
         // sample goes unseen.
+        let tracking = TrackingOptions {
+            cgroups: config.cgroups.is_some(),
+            data_maps: config.events.iter().any(|e| e.user_stack.is_some()),
+        };
         let tracking_rings: Vec<TrackingRing> = cpus
             .iter()
-            .map(|&cpu| TrackingRing::open(cpu, tracking_pages, config.cgroups.is_some()))
+            .map(|&cpu| TrackingRing::open(cpu, tracking_pages, tracking))
             .collect::<Result<_, _>>()?;
         for ring in &tracking_rings {
             ring.enable()?;
         }
         let mut table = ProcessTable::new(config.tracking_limits);
-        seed_from_proc(std::path::Path::new("/proc"), &mut table);
+        seed_from_proc(
+            std::path::Path::new("/proc"),
+            &mut table,
+            tracking.data_maps,
+        );
         let log = TrackingLog::new(
             config.tracking_log_bytes,
             config.tracking_checkpoint_bytes,
@@ -174,7 +182,7 @@ impl Recorder {
             events: resolved.clone(),
             sample_pages,
             tracking_pages,
-            cgroups: config.cgroups.is_some(),
+            tracking,
             sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
             history_pages,
         };

@@ -22,7 +22,7 @@ pub mod status;
 use std::time::Duration;
 
 use crate::abi::EventAttr;
-use crate::abi::layout::RecordLayouts;
+use crate::abi::layout::{RecordLayouts, SampleLayout};
 use crate::ring::filter::{Kept, RecordFilter, TimeRange};
 use crate::time::SampleTime;
 use crate::tracking::modules::LoadedModule;
@@ -49,7 +49,10 @@ pub struct EventDescriptor {
 
 /// How to read the records of `events` (by the ids they carry).
 pub fn layouts_of(events: &[EventDescriptor]) -> RecordLayouts {
-    RecordLayouts::of_events(events.iter().map(|e| (&e.ids[..], e.attr.sample_type)))
+    RecordLayouts::of_events(events.iter().map(|e| {
+        let layout = SampleLayout::new(e.attr.sample_type).with_user_regs(e.attr.sample_regs_user);
+        (&e.ids[..], layout)
+    }))
 }
 
 /// The `(system, name)` of every tracepoint event, in event order.

@@ -12,7 +12,7 @@ use crate::perf::PerfError;
 use crate::perf::event::ResolvedEvent;
 use crate::perf::history_ring::HistoryRing;
 use crate::perf::sample_ring::SampleRing;
-use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingRing};
+use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingOptions, TrackingRing};
 use crate::tracking::drain::Tracking;
 
 /// What the recorder shares with the drain thread, which follows CPU
@@ -87,8 +87,8 @@ pub(super) struct RingOpener {
     pub(super) events: Vec<ResolvedEvent>,
     pub(super) sample_pages: usize,
     pub(super) tracking_pages: usize,
-    /// The tracking rings write CGROUP records.
-    pub(super) cgroups: bool,
+    /// What the tracking rings record.
+    pub(super) tracking: TrackingOptions,
     /// 2 with the lossless freeze, else 1.
     pub(super) sets_per_cpu: usize,
     /// Pages of each CPU's history ring, with `[history]` on.
@@ -98,7 +98,7 @@ pub(super) struct RingOpener {
 impl RingOpener {
     /// The tracking ring of `cpu`, disabled.
     pub(super) fn tracking(&self, cpu: u32) -> Result<TrackingRing, PerfError> {
-        TrackingRing::open(cpu, self.tracking_pages, self.cgroups)
+        TrackingRing::open(cpu, self.tracking_pages, self.tracking)
     }
 
     /// The history ring of `cpu` (disabled), with `[history]` on.
@@ -159,7 +159,11 @@ impl Rings {
                 .flat_map(|set| cpus.iter().map(move |r| r.sets[set].ring.ids()[i]))
                 .collect();
             for &id in &ids {
-                layouts.insert(id, event.attr.sample_type);
+                layouts.insert_with_user_regs(
+                    id,
+                    event.attr.sample_type,
+                    event.attr.sample_regs_user,
+                );
             }
             events.push(EventDescriptor {
                 name: event.name.clone(),
@@ -190,7 +194,11 @@ impl Rings {
     pub(super) fn add_sample_ids(&mut self, ids: &[u64]) {
         for (event, &id) in self.events.iter_mut().zip(ids) {
             event.ids.push(id);
-            self.layouts.insert(id, event.attr.sample_type);
+            self.layouts.insert_with_user_regs(
+                id,
+                event.attr.sample_type,
+                event.attr.sample_regs_user,
+            );
         }
     }
 
@@ -203,7 +211,11 @@ impl Rings {
             for set in &ring.sets {
                 let id = set.ring.ids()[i];
                 event.ids.push(id);
-                self.layouts.insert(id, event.attr.sample_type);
+                self.layouts.insert_with_user_regs(
+                    id,
+                    event.attr.sample_type,
+                    event.attr.sample_regs_user,
+                );
             }
         }
         if let Some(tracking_event) = self.events.last_mut() {

@@ -3,7 +3,7 @@
 //! keep the index of the `[[event]]` at fault, so the config layer can
 //! point at its line.
 
-use flightrec_config::Config;
+use flightrec_config::{Callchain, Config, DEFAULT_STACK_SIZE};
 
 use super::{CaptureError, Recorder, RecorderConfig};
 use crate::abi::{attr_flag, sample};
@@ -75,7 +75,15 @@ pub fn event_specs(config: &Config) -> Vec<EventSpec> {
                 name: e.name.get_ref().clone(),
                 period: e.period.as_ref().map(|p| *p.get_ref()),
                 frequency: e.frequency.as_ref().map(|f| *f.get_ref()),
-                callchain: e.callchain,
+                callchain: e.callchain.get_ref().recorded(),
+                user_stack: (*e.callchain.get_ref() == Callchain::Dwarf).then(|| {
+                    let size = e
+                        .stack_size
+                        .as_ref()
+                        .map_or(DEFAULT_STACK_SIZE, |s| *s.get_ref());
+                    // The config checked it: at most MAX_STACK_SIZE.
+                    u32::try_from(size.bytes()).unwrap_or(u32::MAX)
+                }),
                 context_switch: e.context_switch,
                 filter: e.filter.clone(),
                 // The recorder's own setting decides (`RecorderConfig::cgroups`).

@@ -257,7 +257,7 @@ mod tests {
     }
 
     fn layouts() -> RecordLayouts {
-        RecordLayouts::of_events([(&[1u64, 2][..], SAMPLE_TYPE)])
+        RecordLayouts::of_events([(&[1u64, 2][..], SampleLayout::new(SAMPLE_TYPE))])
     }
 
     fn times(bytes: &[u8]) -> Vec<u64> {

@@ -176,6 +176,18 @@ impl ScopeFilter {
             }
             _ => record.to_vec(),
         };
+        // Nor its user registers and stack copy (a dwarf call chain's): the
+        // sizes stay, the bytes are zeroed and the stack said empty.
+        if let Some(fields) = layout.callchain_and_raw(&r) {
+            if let Some((at, n)) = fields.user_regs {
+                r[at..at + 8 * n].fill(0);
+            }
+            if let Some((at, len)) = fields.user_stack
+                && len > 0
+            {
+                r[at..at + len + 8].fill(0);
+            }
+        }
         if let Some(tid) = layout.sample_tid_offset()
             && tid + 8 <= r.len()
         {
@@ -210,7 +222,10 @@ mod tests {
     };
 
     fn layouts() -> RecordLayouts {
-        RecordLayouts::of_events([(&[7u64][..], SWITCH), (&[8u64][..], CLOCK)])
+        RecordLayouts::of_events([
+            (&[7u64][..], SampleLayout::new(SWITCH)),
+            (&[8u64][..], SampleLayout::new(CLOCK)),
+        ])
     }
 
     fn comm(name: &str) -> [u8; 16] {

@@ -242,6 +242,14 @@ impl Tracking {
                             table.insert(id, &path);
                         }
                     }
+                    // Data maps are asked for their files' sake (an
+                    // unwinder reads `.eh_frame_hdr` from them); anonymous
+                    // ones (heaps, arenas, stacks) are many and useless.
+                    Some(TrackingRecord::Mmap { map, .. })
+                        if map.prot & EXEC == 0 && !map.filename.starts_with('/') =>
+                    {
+                        continue;
+                    }
                     _ => {}
                 }
                 self.batch.push((time, offset, record.len()));

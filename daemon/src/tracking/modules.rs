@@ -225,7 +225,7 @@ impl ModuleWatch {
 mod tests {
     use super::*;
     use crate::host::bare_modules;
-    use crate::perf::tracking_ring::tracking_attr;
+    use crate::perf::tracking_ring::{TrackingOptions, tracking_attr};
     use crate::tracking::record::{TrackingRecord, parse};
 
     const BEFORE: &str = "\
@@ -310,7 +310,7 @@ loop 36864 0 - Loading 0xffffffffc0c00000
         let file = dir.path().join("modules");
         std::fs::write(&file, BEFORE).unwrap();
         let known = bare_modules(BEFORE);
-        let attr = tracking_attr(4096, false);
+        let attr = tracking_attr(4096, TrackingOptions::default());
         let mut watch = ModuleWatch::reading(file.clone(), &known, 1_000, attr, 77);
         let t0 = Instant::now();
         let mut out = Vec::new();

@@ -1,6 +1,7 @@
 //! The start-up scan of /proc that seeds the process table: per thread its
 //! comm, per process its parent and executable mappings (what the kernel's
-//! MMAP2 records describe, as the tracking event does not ask for data maps).
+//! MMAP2 records describe), and its files' data mappings when the tracking
+//! event asks for those too (`dwarf` call chains).
 
 use std::path::Path;
 
@@ -21,13 +22,16 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
-/// Executable mappings from `/proc/<pid>/maps`. Anonymous executable
-/// mappings (JIT code) are named `//anon`, as perf names them.
-pub fn parse_maps(maps: &str) -> Vec<MapState> {
-    maps.lines().filter_map(parse_maps_line).collect()
+/// Executable mappings from `/proc/<pid>/maps`, and with `data_maps` the
+/// other mappings of files. Anonymous executable mappings (JIT code) are
+/// named `//anon`, as perf names them.
+pub fn parse_maps(maps: &str, data_maps: bool) -> Vec<MapState> {
+    maps.lines()
+        .filter_map(|l| parse_maps_line(l, data_maps))
+        .collect()
 }
 
-fn parse_maps_line(line: &str) -> Option<MapState> {
+fn parse_maps_line(line: &str, data_maps: bool) -> Option<MapState> {
     // start-end perms offset maj:min inode [path, which may hold spaces]
     let mut rest = line;
     let mut field = || {
@@ -43,14 +47,14 @@ fn parse_maps_line(line: &str) -> Option<MapState> {
     let dev = field()?;
     let inode = field()?;
     let path = rest.trim();
-    if perms.len() < 4 || perms[2] != b'x' {
+    if perms.len() < 4 || (perms[2] != b'x' && !(data_maps && path.starts_with('/'))) {
         return None;
     }
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
     let (maj, min) = dev.split_once(':')?;
-    let mut prot = PROT_EXEC;
+    let mut prot = if perms[2] == b'x' { PROT_EXEC } else { 0 };
     if perms[0] == b'r' {
         prot |= PROT_READ;
     }
@@ -92,7 +96,7 @@ fn numeric_entries(dir: &Path) -> Vec<u32> {
 
 /// Scans `proc_root` (normally `/proc`). Processes that vanish while being
 /// read are skipped: the tracking rings, already enabled, saw them go.
-pub fn seed_from_proc(proc_root: &Path, table: &mut ProcessTable) -> usize {
+pub fn seed_from_proc(proc_root: &Path, table: &mut ProcessTable, data_maps: bool) -> usize {
     let mut threads = 0;
     for pid in numeric_entries(proc_root) {
         let dir = proc_root.join(pid.to_string());
@@ -103,7 +107,7 @@ pub fn seed_from_proc(proc_root: &Path, table: &mut ProcessTable) -> usize {
             continue;
         };
         let maps = std::fs::read_to_string(dir.join("maps"))
-            .map(|m| parse_maps(&m))
+            .map(|m| parse_maps(&m, data_maps))
             .unwrap_or_default();
         let mut tids = numeric_entries(&dir.join("task"));
         tids.sort_unstable();
@@ -155,7 +159,7 @@ mod tests {
 7ffd1000-7ffd2000 r-xp 00000000 00:00 0                  [vdso]
 garbage line
 ";
-        let got = parse_maps(maps);
+        let got = parse_maps(maps, false);
         assert_eq!(got.len(), 4);
         assert_eq!(
             got[0],
@@ -181,12 +185,25 @@ garbage line
         );
         assert_eq!(&*got[2].filename, "/tmp/with space.so");
         assert_eq!(&*got[3].filename, "[vdso]");
+        // For dwarf call chains, the file's read-only map too (its
+        // .eh_frame_hdr), never an anonymous one.
+        let with_data = parse_maps(maps, true);
+        assert_eq!(with_data.len(), 5);
+        assert_eq!(
+            (
+                with_data[0].start,
+                with_data[0].prot,
+                &*with_data[0].filename
+            ),
+            (0x55d0_c8a0_0000, PROT_READ, "/usr/bin/bash")
+        );
+        assert_eq!(with_data[1..], got[..]);
     }
 
     #[test]
     fn seeds_this_process_from_proc() {
         let mut table = ProcessTable::default();
-        let n = seed_from_proc(Path::new("/proc"), &mut table);
+        let n = seed_from_proc(Path::new("/proc"), &mut table, false);
         assert!(n > 0);
         let me = std::process::id();
         let state = table.lookup(me).expect("this process is in /proc");

@@ -41,6 +41,8 @@ pub mod attr_flag {
     pub const ENABLE_ON_EXEC: u64 = 1 << 12;
     pub const TASK: u64 = 1 << 13;
     pub const WATERMARK: u64 = 1 << 14;
+    /// MMAP records of data (non-executable) mappings too.
+    pub const MMAP_DATA: u64 = 1 << 17;
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
     pub const EXCLUDE_HOST: u64 = 1 << 19;
     pub const EXCLUDE_GUEST: u64 = 1 << 20;
@@ -61,7 +63,7 @@ type FlagGetter = fn(&perf_event_attr) -> u64;
 type FlagSetter = fn(&mut perf_event_attr, u64);
 
 /// Each [`attr_flag`] with the crate's accessors of its bitfield member.
-const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 27] = {
+const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 28] = {
     use attr_flag as f;
     type A = perf_event_attr;
     [
@@ -80,6 +82,7 @@ const FLAG_FIELDS: [(u64, FlagGetter, FlagSetter); 27] = {
         (f::ENABLE_ON_EXEC, A::enable_on_exec, A::set_enable_on_exec),
         (f::TASK, A::task, A::set_task),
         (f::WATERMARK, A::watermark, A::set_watermark),
+        (f::MMAP_DATA, A::mmap_data, A::set_mmap_data),
         (f::SAMPLE_ID_ALL, A::sample_id_all, A::set_sample_id_all),
         (f::EXCLUDE_HOST, A::exclude_host, A::set_exclude_host),
         (f::EXCLUDE_GUEST, A::exclude_guest, A::set_exclude_guest),

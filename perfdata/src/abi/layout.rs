@@ -11,11 +11,26 @@ use crate::abi::{HEADER_SIZE, RecordHeader, get_u32, get_u64, record_type, sampl
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleLayout {
     sample_type: u64,
+    /// How many user registers a REGS_USER field holds (the bits of
+    /// `sample_regs_user`).
+    user_regs: u32,
 }
 
 impl SampleLayout {
     pub fn new(sample_type: u64) -> Self {
-        Self { sample_type }
+        Self {
+            sample_type,
+            user_regs: 0,
+        }
+    }
+
+    /// The layout of an event that samples the user registers of
+    /// `sample_regs_user`.
+    pub fn with_user_regs(self, sample_regs_user: u64) -> Self {
+        Self {
+            user_regs: sample_regs_user.count_ones(),
+            ..self
+        }
     }
 
     fn has(&self, bit: u64) -> bool {
@@ -76,14 +91,19 @@ impl SampleLayout {
         })
     }
 
-    /// Where the CALLCHAIN and RAW fields of a SAMPLE record are: the
-    /// offset of the callchain's `nr` and the entries it counts, and the
-    /// offset and length of the raw data (after its u32 size). `None` for
-    /// a field the layout lacks, or a record too short to hold what its
-    /// fields say. The layouts flightrec opens have no READ field.
+    /// Where the CALLCHAIN, RAW, REGS_USER and STACK_USER fields of a
+    /// SAMPLE record are: the offset of the callchain's `nr` and the
+    /// entries it counts, the offset and length of the raw data (after its
+    /// u32 size), of the user registers (after their ABI word) and of the
+    /// stack copy (after its size). `None` for a field the layout lacks,
+    /// or a record too short to hold what its fields say. The layouts
+    /// flightrec opens have no READ or BRANCH_STACK field.
     pub fn callchain_and_raw(&self, record: &[u8]) -> Option<SampleFields> {
         let header = RecordHeader::parse(record)?;
-        if header.type_ != record_type::SAMPLE || self.has(sample::READ) {
+        if header.type_ != record_type::SAMPLE
+            || self.has(sample::READ)
+            || self.has(sample::BRANCH_STACK)
+        {
             return None;
         }
         let size = usize::from(header.size).min(record.len());
@@ -125,6 +145,41 @@ impl SampleLayout {
                 return None;
             }
             fields.raw = Some((off + 4, len));
+            off += 4 + len;
+        }
+        if self.has(sample::REGS_USER) {
+            if off + 8 > size {
+                return None;
+            }
+            // ABI 0: the task had no user registers (a kernel thread).
+            let n = if get_u64(record, off) == 0 {
+                0
+            } else {
+                self.user_regs as usize
+            };
+            off += 8;
+            if off + 8 * n > size {
+                return None;
+            }
+            fields.user_regs = Some((off, n));
+            off += 8 * n;
+        }
+        if self.has(sample::STACK_USER) {
+            if off + 8 > size {
+                return None;
+            }
+            let len = usize::try_from(get_u64(record, off)).ok()?;
+            off += 8;
+            // Then `dyn_size`, the bytes of it that hold stack, when any.
+            let end = if len == 0 {
+                off
+            } else {
+                off.checked_add(len)?.checked_add(8)?
+            };
+            if end > size {
+                return None;
+            }
+            fields.user_stack = Some((off, len));
         }
         Some(fields)
     }
@@ -190,6 +245,12 @@ pub struct SampleFields {
     pub callchain: Option<(usize, usize)>,
     /// Offset and length of the raw tracepoint data.
     pub raw: Option<(usize, usize)>,
+    /// Offset of the user registers and how many there are (0: the task
+    /// had none).
+    pub user_regs: Option<(usize, usize)>,
+    /// Offset and length of the user stack copy; its `dyn_size` follows
+    /// it when the length is not 0.
+    pub user_stack: Option<(usize, usize)>,
 }
 
 /// The layouts of every event writing into a ring, by kernel id: records
@@ -201,13 +262,13 @@ pub struct RecordLayouts {
 }
 
 impl RecordLayouts {
-    /// The layouts of events given as `(their ids, their sample_type)`:
-    /// the one way a set of events becomes its layouts.
-    pub fn of_events<'a>(events: impl IntoIterator<Item = (&'a [u64], u64)>) -> Self {
+    /// The layouts of events given as `(their ids, their layout)`: the one
+    /// way a set of events becomes its layouts.
+    pub fn of_events<'a>(events: impl IntoIterator<Item = (&'a [u64], SampleLayout)>) -> Self {
         let mut layouts = RecordLayouts::default();
-        for (ids, sample_type) in events {
+        for (ids, layout) in events {
             for &id in ids {
-                layouts.insert(id, sample_type);
+                layouts.by_id.insert(id, layout);
             }
         }
         layouts
@@ -215,6 +276,15 @@ impl RecordLayouts {
 
     pub fn insert(&mut self, id: u64, sample_type: u64) {
         self.by_id.insert(id, SampleLayout::new(sample_type));
+    }
+
+    /// [`RecordLayouts::insert`] for an event that also samples the user
+    /// registers of `sample_regs_user`.
+    pub fn insert_with_user_regs(&mut self, id: u64, sample_type: u64, sample_regs_user: u64) {
+        self.by_id.insert(
+            id,
+            SampleLayout::new(sample_type).with_user_regs(sample_regs_user),
+        );
     }
 
     /// The id a record carries in its IDENTIFIER field.
@@ -287,6 +357,37 @@ mod tests {
         assert_eq!(layouts.sample_pid(&other), None);
         let lost = record(record_type::LOST, &[7, 12, 0, 4321, 1, 7]);
         assert_eq!(layouts.sample_pid(&lost), None);
+    }
+
+    #[test]
+    fn finds_the_user_registers_and_stack_of_a_dwarf_sample() {
+        const DWARF: u64 =
+            CLOCK | sample::CALLCHAIN | sample::REGS_USER | sample::STACK_USER | sample::CGROUP;
+        let layout = SampleLayout::new(DWARF).with_user_regs(0b111);
+        let mut layouts = RecordLayouts::default();
+        layouts.insert_with_user_regs(8, DWARF, 0b111);
+        // identifier, ip, tid, time, cpu, period; callchain nr 2; regs abi
+        // 2 and three of them; a 16-byte stack and its dyn_size; cgroup.
+        let words = [
+            8, 0x1000, 5, 999, 3, 250_000, 2, 0xf001, 0xf002, 2, 11, 12, 13, 16, 21, 22, 16, 77,
+        ];
+        let r = record(record_type::SAMPLE, &words);
+        let word = |i: usize| HEADER_SIZE + 8 * i;
+        let fields = layout.callchain_and_raw(&r).unwrap();
+        assert_eq!(fields.callchain, Some((word(6), 2)));
+        assert_eq!(fields.user_regs, Some((word(10), 3)));
+        assert_eq!(fields.user_stack, Some((word(14), 16)));
+        assert_eq!(layouts.sample_cgroup(&r), Some(77));
+        // A kernel thread: ABI 0, no registers, an empty stack.
+        let words = [8, 0x1000, 5, 999, 3, 250_000, 0, 0, 0, 77];
+        let r = record(record_type::SAMPLE, &words);
+        let fields = layout.callchain_and_raw(&r).unwrap();
+        assert_eq!(fields.user_regs, Some((word(8), 0)));
+        assert_eq!(fields.user_stack, Some((word(9), 0)));
+        // A stack longer than the record: nothing rather than a wrong field.
+        let words = [8, 0x1000, 5, 999, 3, 250_000, 0, 0, 4096, 1, 2];
+        let r = record(record_type::SAMPLE, &words);
+        assert_eq!(layout.callchain_and_raw(&r), None);
     }
 
     #[test]

@@ -153,6 +153,12 @@ pub mod sample {
     pub const STREAM_ID: u64 = b::PERF_SAMPLE_STREAM_ID as u64;
     pub const RAW: u64 = b::PERF_SAMPLE_RAW as u64;
     pub const IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
+    pub const BRANCH_STACK: u64 = b::PERF_SAMPLE_BRANCH_STACK as u64;
+    /// The user registers at the sample (`sample_regs_user` says which).
+    pub const REGS_USER: u64 = b::PERF_SAMPLE_REGS_USER as u64;
+    /// A copy of the user stack from the stack pointer up
+    /// (`sample_stack_user` bytes).
+    pub const STACK_USER: u64 = b::PERF_SAMPLE_STACK_USER as u64;
     /// The sampled task's cgroup id, in the hierarchy of the perf_event
     /// controller (Linux 5.7).
     pub const CGROUP: u64 = b::PERF_SAMPLE_CGROUP as u64;
@@ -161,6 +167,16 @@ pub mod sample {
     pub const AFTER_CGROUP: u64 =
         (b::PERF_SAMPLE_DATA_PAGE_SIZE | b::PERF_SAMPLE_CODE_PAGE_SIZE | b::PERF_SAMPLE_AUX) as u64;
 }
+
+/// The user registers a `--call-graph dwarf` sample carries, as perf asks
+/// for them (`PERF_REGS_MASK`): on x86_64 all general registers but the
+/// segment registers DS, ES, FS and GS; on arm64 x0-x30, sp and pc.
+#[cfg(target_arch = "x86_64")]
+pub const USER_REGS_MASK: u64 = 0xff_0fff;
+#[cfg(target_arch = "aarch64")]
+pub const USER_REGS_MASK: u64 = (1 << 33) - 1;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const USER_REGS_MASK: u64 = 0;
 
 /// `enum perf_event_read_format` bits, as the `read_format` word they go in.
 pub mod read_format {

@@ -25,6 +25,11 @@ const MAX_NAMES: usize = 256 << 10;
 /// The bytes of the section named `name` of the ELF file `file`, if it
 /// has one of at most `max` bytes (not `SHT_NOBITS`).
 pub fn section(file: &File, name: &[u8], max: usize) -> Option<Vec<u8>> {
+    section_at(file, name, max).map(|(_, bytes)| bytes)
+}
+
+/// [`section`], with the section's address (`sh_addr`).
+pub fn section_at(file: &File, name: &[u8], max: usize) -> Option<(u64, Vec<u8>)> {
     let len = file.metadata().ok()?.len();
     let head = read_at_most(file, 0, len.min(HEADER_BYTES as u64), HEADER_BYTES).ok()?;
     match head.get(4).copied() {
@@ -43,7 +48,7 @@ fn section_of<H: FileHeader<Endian = Endianness>>(
     head: &[u8],
     name: &[u8],
     max: usize,
-) -> Option<Vec<u8>> {
+) -> Option<(u64, Vec<u8>)> {
     let header = H::parse(head).ok()?;
     let endian = header.endian().ok()?;
     let shoff: u64 = header.e_shoff(endian).into();
@@ -73,13 +78,14 @@ fn section_of<H: FileHeader<Endian = Endianness>>(
     if wanted.sh_type(endian) == SHT_NOBITS {
         return None;
     }
-    read_at_most(
+    let bytes = read_at_most(
         file,
         wanted.sh_offset(endian).into(),
         wanted.sh_size(endian).into(),
         max,
     )
-    .ok()
+    .ok()?;
+    Some((wanted.sh_addr(endian).into(), bytes))
 }
 
 /// The file name a `.gnu_debuglink` section names (its CRC is not

@@ -23,7 +23,7 @@
 
 pub mod debug_files;
 pub mod debuginfod;
-mod elf_layout;
+pub(crate) mod elf_layout;
 pub mod jit;
 
 use std::collections::{BTreeMap, HashMap};
@@ -655,6 +655,23 @@ pub(crate) fn cache_entries(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
     } else {
         vec![entry]
     }
+}
+
+/// A copy of the file `path` with `build_id`, found as a frame's file is
+/// (caches, the path, the root of process `pid`): what an unwinder reads
+/// a file's unwind tables from.
+pub(crate) fn find_binary(
+    path: &str,
+    build_id: &[u8],
+    pid: Option<u32>,
+    sources: &SymbolSources,
+) -> Option<File> {
+    let file = FileToName {
+        path,
+        build_id,
+        holders: pid.into_iter().collect(),
+    };
+    find_elf(&file, sources)
 }
 
 /// A file whose frames are to be named: its path as the kernel recorded
