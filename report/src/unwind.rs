@@ -25,6 +25,12 @@ use crate::symbols::elf_layout::{LoadSegments, section_at};
 pub const MAX_USER_FRAMES: usize = 256;
 /// Largest unwind or text section read from a file.
 const MAX_SECTION_BYTES: usize = 256 << 20;
+/// Most modules made for one snapshot. Each costs an index of its
+/// `.eh_frame` when the file has no `.eh_frame_hdr`, and a file may
+/// alternate maps and samples of one process for ever: past this, a
+/// process keeps the unwinder it has (its later maps unwound by frame
+/// pointers).
+const MAX_MODULES_MADE: u64 = 100_000;
 
 /// x86_64 register numbers (`enum perf_event_x86_regs`).
 const REG_BP: u64 = 6;
@@ -107,9 +113,8 @@ pub struct Unwinding {
     /// By pid, made from its maps when first needed.
     processes: HashMap<i32, UnwinderX86_64<Bytes>>,
     cache: CacheX86_64,
-    /// Stacks unwound, and of those, how many reached past their first
-    /// frame.
-    pub unwound: u64,
+    /// Modules made so far (see [`MAX_MODULES_MADE`]).
+    modules_made: u64,
 }
 
 impl Unwinding {
@@ -119,13 +124,15 @@ impl Unwinding {
             tables: HashMap::new(),
             processes: HashMap::new(),
             cache: CacheX86_64::new(),
-            unwound: 0,
+            modules_made: 0,
         }
     }
 
     /// Process `pid` mapped something: its unwinder is made again.
     pub fn forget(&mut self, pid: i32) {
-        self.processes.remove(&pid);
+        if self.modules_made < MAX_MODULES_MADE {
+            self.processes.remove(&pid);
+        }
     }
 
     /// The user frames of a sample of `pid` (leaf first: the sampled
@@ -172,7 +179,6 @@ impl Unwinding {
                 Ok(None) | Err(_) => break,
             }
         }
-        self.unwound += 1;
         Some(frames)
     }
 
@@ -205,6 +211,7 @@ impl Unwinding {
                 })
                 .clone();
             if let Some(module) = tables.and_then(|t| t.module(&info.path, view)) {
+                self.modules_made += 1;
                 unwinder.add_module(module);
             }
         }
