@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use flightrec_tests::{Daemon, have, perf_script, require_root, test_config};
 
-/// The program: `fr-burner` spins in `burn_cpu`, `fr-waiter` blocks in
+/// The program: `fr-burner` spins in `burn_cpu` (resting 2 ms after
+/// every 16 rounds, so that a machine with one other busy loop on its
+/// second CPU still has idle moments for the page's idle toggle to show),
+/// `fr-waiter` blocks in
 /// `wait_io` (its own `read` system call, so the function is the first user
 /// frame of the stack it sleeps with: libc's `read` has no frame pointer,
 /// and a frame-pointer walk from it would skip its caller) until
@@ -44,8 +47,11 @@ static unsigned long long now_ns(void) {
 }
 
 __attribute__((noinline)) void burn_cpu(void) {
-    for (;;)
+    struct timespec rest = {0, 2 * 1000 * 1000};
+    for (unsigned n = 1;; n++) {
         for (unsigned long i = 0; i < 1000000; i++) sink += i * 7;
+        if (n % 16 == 0) nanosleep(&rest, NULL);
+    }
 }
 
 __attribute__((noinline)) long wait_io(int fd) {
@@ -209,15 +215,24 @@ fn perf_report_samples(snapshot: &Path, buildid_dir: &Path, event: &str, sym: &s
             "-i",
         ])
         .arg(snapshot));
+    // Every line of the symbol: perf keeps one per file it lies in, and a
+    // program deleted while it runs is two files to perf (its path, and
+    // the path with " (deleted)" of the maps recorded since).
     let mut current = String::new();
+    let mut samples = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# Samples: ") {
             current = rest.split('\'').nth(1).unwrap_or_default().to_string();
         } else if current == event && line.trim_end().ends_with(&format!("] {sym}")) {
-            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            *samples.get_or_insert(0) += n;
         }
     }
-    panic!("no {sym} under {event} in perf report:\n{text}");
+    let samples =
+        samples.unwrap_or_else(|| panic!("no {sym} under {event} in perf report:\n{text}"));
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(sym)).collect();
+    eprintln!("perf report's lines of {sym}: {lines:?}");
+    samples
 }
 
 /// The value `go tool pprof -top` gives `func` (flat, or cum with `cum`).
