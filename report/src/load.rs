@@ -394,6 +394,7 @@ impl Loader {
             }
             return;
         }
+        self.ran(tid, t);
         let thread = self.thread(pid, tid);
         self.snap.samples.push(Sample {
             time: t,
@@ -404,6 +405,32 @@ impl Loader {
             period: s.period.unwrap_or(1),
             cgroup,
         });
+    }
+
+    /// Thread `tid` was running at `t`. Its switch-in ends its off-CPU
+    /// time, but the kernel does not always record it: on some machines
+    /// (virtual CPUs among them) a CPU's switches out of its idle task never
+    /// reach the rings, so a thread woken on an idle CPU has no switch-in.
+    /// Its first record after its switch-out (a sample, or its next
+    /// switch-out) then ends that time, rather than its off-CPU time
+    /// being lost.
+    fn ran(&mut self, tid: i32, t: u64) {
+        if tid <= 0 {
+            return;
+        }
+        if let Some(out) = self.switched_out.get(&tid).copied()
+            && t > out.start
+        {
+            self.switched_out.remove(&tid);
+            self.snap.off_cpu.push(OffCpu {
+                thread: out.thread,
+                start: out.start,
+                end: t,
+                stack: out.stack,
+                sleeping: out.sleeping,
+                cgroup: out.cgroup,
+            });
+        }
     }
 
     /// A switch; `cgroup` is the one its record was taken in (the task
@@ -450,6 +477,7 @@ impl Loader {
                 });
             }
         }
+        self.ran(rec.prev_pid, t);
         if rec.prev_pid != 0 && rec.prev_state & EXITING == 0 {
             let thread = self.intern_thread(Thread {
                 pid: prev_pid,
@@ -640,6 +668,28 @@ mod tests {
             .map(|s| (s.cpu, s.start, s.end))
             .collect();
         assert_eq!(slices, vec![(0, 100, 200), (1, 450, 500)]);
+    }
+
+    #[test]
+    fn a_thread_woken_without_a_recorded_switch_in_is_off_cpu_until_it_is_next_seen() {
+        let mut l = Loader::default();
+        // 7 sleeps on CPU 0 at 200; CPU 1 leaves its idle task for it at
+        // about 450 with no record of it; 7 switches out again at 460.
+        l.switch(0, 200, 7, &switch(7, 1, 0), 3, None);
+        l.switch(1, 460, 7, &switch(7, 1, 0), 4, None);
+        // 8 sleeps at 500 and is next seen in a sample of its own at 700.
+        l.switch(0, 500, 8, &switch(8, 1, 0), 5, None);
+        l.ran(8, 700);
+        // A record of a thread not off CPU changes nothing.
+        l.ran(9, 710);
+        l.seen(1, 900);
+        let snap = l.finish();
+        let off: Vec<(u64, u64, u32)> = snap
+            .off_cpu
+            .iter()
+            .map(|o| (o.start, o.end, o.stack))
+            .collect();
+        assert_eq!(off, vec![(200, 460, 3), (500, 700, 5), (460, 900, 4)]);
     }
 
     #[test]
