@@ -988,6 +988,28 @@ fn dwarf_call_chains_unwind_a_program_built_without_frame_pointers() {
         "{text}"
     );
     let d = Daemon::start_in(dir, &text, &[]);
+    // status says how each event's chains are taken.
+    let status = d.json(&["status"]);
+    let modes: Vec<(String, String, u64)> = status["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["callchain_mode"].as_str().unwrap_or_default().to_string(),
+                e["user_stack_bytes"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            ("cpu-clock".to_string(), "dwarf".to_string(), 8192),
+            ("task-clock".to_string(), "fp".to_string(), 0)
+        ],
+        "{status}"
+    );
     let program = spawn(&mut Command::new(&exe));
     let pid = program.0.id();
     // Debian's python3.11, stripped, built without frame pointers.

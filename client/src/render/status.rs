@@ -65,6 +65,7 @@ fn event_json(e: &pb::EventStatus) -> Value {
     json!({
         "name": e.name, "kind": e.kind, "sample_period": e.sample_period,
         "sample_frequency": e.sample_frequency, "callchain": e.callchain,
+        "callchain_mode": callchain_mode(e), "user_stack_bytes": e.user_stack_bytes,
         "filter": e.filter,
     })
 }
@@ -154,6 +155,15 @@ fn daemon_lines(r: &pb::StatusReply) -> Vec<String> {
     ]
 }
 
+/// How an event's call chains are taken, as its `callchain` key says it.
+fn callchain_mode(e: &pb::EventStatus) -> &'static str {
+    match (e.callchain, e.user_stack_bytes) {
+        (false, _) => "none",
+        (true, 0) => "fp",
+        (true, _) => "dwarf",
+    }
+}
+
 /// One recorded event, indented under `events:`.
 fn event_line(e: &pb::EventStatus) -> String {
     let mut line = format!("  {} ({})", e.name, e.kind);
@@ -162,7 +172,12 @@ fn event_line(e: &pb::EventStatus) -> String {
     } else if e.sample_period > 1 {
         line.push_str(&format!(" every {}", e.sample_period));
     }
-    if e.callchain {
+    if e.callchain && e.user_stack_bytes > 0 {
+        line.push_str(&format!(
+            " callchain dwarf ({} bytes of stack)",
+            e.user_stack_bytes
+        ));
+    } else if e.callchain {
         line.push_str(" callchain");
     }
     if !e.filter.is_empty() {
@@ -425,6 +440,18 @@ mod tests {
             ..every
         };
         assert_eq!(event_line(&period), "  cycles (hardware) every 1000");
+        let dwarf = pb::EventStatus {
+            user_stack_bytes: 8192,
+            filter: String::new(),
+            ..e.clone()
+        };
+        assert_eq!(
+            event_line(&dwarf),
+            "  cycles (hardware) 99 Hz callchain dwarf (8192 bytes of stack)"
+        );
+        assert_eq!(callchain_mode(&dwarf), "dwarf");
+        assert_eq!(callchain_mode(&e), "fp");
+        assert_eq!(callchain_mode(&period), "none");
     }
 
     #[test]

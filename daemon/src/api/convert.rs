@@ -195,6 +195,7 @@ fn event_pb(e: EventInfo) -> pb::EventStatus {
         sample_frequency: e.frequency,
         callchain: e.callchain,
         filter: e.filter,
+        user_stack_bytes: e.user_stack_bytes,
     }
 }
 

@@ -61,6 +61,8 @@ pub struct EventInfo {
     pub period: u64,
     pub frequency: u64,
     pub callchain: bool,
+    /// Bytes of user stack each sample copies (`callchain = "dwarf"`).
+    pub user_stack_bytes: u32,
     pub filter: String,
 }
 
@@ -218,6 +220,11 @@ pub(super) fn event_info(r: &ResolvedEvent) -> EventInfo {
             0
         },
         callchain: r.attr.sample_type & sample::CALLCHAIN != 0,
+        user_stack_bytes: if r.attr.sample_type & sample::STACK_USER != 0 {
+            r.attr.sample_stack_user
+        } else {
+            0
+        },
         filter: r.filter.clone().unwrap_or_default(),
     }
 }
