@@ -166,6 +166,20 @@ impl ProcessTable {
                 tid,
                 ptid,
             } => {
+                // Drain rounds read the CPUs' rings one after another, so
+                // a child's exec (its COMM, its maps) on one CPU can be
+                // folded a round before its FORK on another: a live thread
+                // of this very process is already past the fork, and the
+                // FORK must not take back its exec'd name and maps.
+                if let Some(known) = self.threads.get_mut(tid)
+                    && known.pid == *pid
+                    && known.exit_ns.is_none()
+                {
+                    if known.ppid == 0 && pid != ppid {
+                        known.ppid = *ppid;
+                    }
+                    return;
+                }
                 let parent = self.threads.get(ptid).cloned();
                 let comm = parent
                     .as_ref()
@@ -387,6 +401,32 @@ mod tests {
         t.forget_exited_before(20);
         assert!(t.lookup(200).is_none());
         assert!(t.lookup(100).is_some());
+    }
+
+    #[test]
+    fn a_fork_folded_after_its_childs_exec_keeps_the_exec() {
+        let mut t = seeded();
+        // The exec (CPU 1) drained a round before the fork (CPU 0).
+        fold(
+            &mut t,
+            &[
+                build::comm(200, 200, "sleep", true, 11),
+                build::mmap2(200, 200, &exe_map(0x5000, 0x2000, "/usr/bin/sleep"), 12),
+                build::fork(200, 100, 200, 100, 10),
+            ],
+        );
+        let p = t.lookup(200).unwrap();
+        assert_eq!((p.pid, p.ppid, p.comm.as_str()), (200, 100, "sleep"));
+        assert_eq!(p.maps, vec![exe_map(0x5000, 0x2000, "/usr/bin/sleep")]);
+        // A tid reused after its exit is a new thread: the fork names it.
+        fold(
+            &mut t,
+            &[
+                build::exit(200, 100, 200, 200, 20),
+                build::fork(200, 100, 200, 100, 30),
+            ],
+        );
+        assert_eq!(t.lookup(200).unwrap().comm, "bash");
     }
 
     #[test]
