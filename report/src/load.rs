@@ -233,6 +233,20 @@ struct SwitchedOut {
     cgroup: Option<CgroupIndex>,
 }
 
+impl SwitchedOut {
+    /// Its off-CPU time, ended at `end`.
+    fn until(self, end: u64) -> OffCpu {
+        OffCpu {
+            thread: self.thread,
+            start: self.start,
+            end,
+            stack: self.stack,
+            sleeping: self.sleeping,
+            cgroup: self.cgroup,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Loader {
     snap: Snapshot,
@@ -422,14 +436,7 @@ impl Loader {
             && t > out.start
         {
             self.switched_out.remove(&tid);
-            self.snap.off_cpu.push(OffCpu {
-                thread: out.thread,
-                start: out.start,
-                end: t,
-                stack: out.stack,
-                sleeping: out.sleeping,
-                cgroup: out.cgroup,
-            });
+            self.snap.off_cpu.push(out.until(t));
         }
     }
 
@@ -467,14 +474,7 @@ impl Loader {
             });
             self.running.insert(cpu, (next, t));
             if let Some(out) = self.switched_out.remove(&rec.next_pid) {
-                self.snap.off_cpu.push(OffCpu {
-                    thread: out.thread,
-                    start: out.start,
-                    end: t,
-                    stack: out.stack,
-                    sleeping: out.sleeping,
-                    cgroup: out.cgroup,
-                });
+                self.snap.off_cpu.push(out.until(t));
             }
         }
         self.ran(rec.prev_pid, t);
@@ -592,14 +592,7 @@ impl Loader {
         // Threads still off CPU at the end were off until then.
         let end = self.snap.last_ns;
         for out in self.switched_out.into_values() {
-            self.snap.off_cpu.push(OffCpu {
-                thread: out.thread,
-                start: out.start,
-                end,
-                stack: out.stack,
-                sleeping: out.sleeping,
-                cgroup: out.cgroup,
-            });
+            self.snap.off_cpu.push(out.until(end));
         }
         for (cpu, (thread, since)) in self.running {
             let end = self.snap.coverage.get(&cpu).map_or(end, |c| c.1);
