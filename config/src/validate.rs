@@ -117,6 +117,17 @@ impl HistoryConfig {
                 ),
             ));
         }
+        let nice = &self.drain_nice;
+        if !(-20..=19).contains(nice.get_ref()) {
+            return Err((
+                nice.span(),
+                format!(
+                    "history.drain_nice = {} is out of range: nice values are -20 (highest \
+                     priority) to 19 (lowest)",
+                    nice.get_ref()
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -658,6 +669,13 @@ mod tests {
             "history.max_bytes = 64KiB is too small: at least 1MiB",
         );
         rejected_at("[history]\nlevel = 23\n", 2, 9, "history.level = 23");
+        rejected_at(
+            "[history]\ndrain_nice = -21\n",
+            2,
+            14,
+            "history.drain_nice = -21 is out of range",
+        );
+        assert_eq!(*on.history.drain_nice.get_ref(), -10);
         rejected_at("[history]\ndir = \"\"\n", 2, 7, "history.dir is empty");
         rejected_at(
             "[history]\nmax_days = 3\n",

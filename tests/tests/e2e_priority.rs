@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Load, require_root, snapshot_id};
+use flightrec_tests::{Daemon, Load, require_root, snapshot_id, test_config};
 
 /// CPU time (user + system, in clock ticks) of `pid` so far.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -283,4 +283,55 @@ fn the_dump_thread_writes_at_the_configured_nice_and_nothing_else_is_raised() {
     // After the dumps: realtime again, back at nice 0.
     let (_, after) = dump_thread();
     assert_eq!((after.policy, after.nice), (1, 0), "{after:?}");
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn the_history_drain_runs_at_history_drain_nice_and_its_writer_at_nice_0() {
+    require_root("the_history_drain_runs_at_history_drain_nice_and_its_writer_at_nice_0");
+    let _machine = machine();
+    const NICE: i32 = -4;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = test_config(
+        dir.path(),
+        &format!(
+            "[history]\nenabled = true\ndir = \"{}\"\ndrain_nice = {NICE}\n",
+            dir.path().join("history").display()
+        ),
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    // A witness that records flow from the rings to the segments.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = d.json(&["status"]);
+        if status["history"]["raw_bytes"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the history streamed nothing in 30 s: {}",
+            status["history"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = threads(d.pid() as u32);
+    let named = |comm: &str| {
+        seen.iter()
+            .find(|(_, s)| s.comm == comm)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| panic!("no thread {comm} among {seen:?}"))
+    };
+    // Thread names are cut to 15 bytes: flightrec-hist-drain, flightrec-history.
+    let drain = named("flightrec-hist-");
+    assert_eq!(
+        (drain.policy, drain.nice),
+        (0, NICE),
+        "the drain: {drain:?}"
+    );
+    let writer = named("flightrec-histo");
+    assert_eq!(
+        (writer.policy, writer.nice),
+        (0, 0),
+        "the writer: {writer:?}"
+    );
 }

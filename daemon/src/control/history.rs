@@ -22,11 +22,12 @@ impl Control {
             max_bytes: h.max_bytes.get_ref().bytes(),
             level: *h.level.get_ref(),
             group: cur.group.as_ref().map(|g| g.1.as_raw()),
+            drain_nice: *h.drain_nice.get_ref(),
         };
         let live = Arc::downgrade(&self.live);
         let events = self.events.clone();
         let sources = HistorySources {
-            recorder: Box::new(move || live.upgrade().map(|l| l.current().recorder.clone())),
+            recorder: Arc::new(move || live.upgrade().map(|l| l.current().recorder.clone())),
             on_failure: Box::new(move |reason| events.publish(Event::HistoryStopped { reason })),
         };
         tracing::info!(

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::disk::create_dir;
+use super::drain::{DrainQueue, DrainThread};
 use super::retention::SegmentInfo;
 use super::status::{HistorySettings, HistoryStatus, Index};
 use super::writer::Writer;
@@ -25,22 +26,26 @@ pub(super) struct Shared {
     pub(super) index: Mutex<Index>,
     pub(super) wake: Mutex<Wake>,
     pub(super) woken: Condvar,
+    /// What the drain copied out of the rings for the writer.
+    pub(super) drained: Mutex<DrainQueue>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The running history: dropping it stops and joins the writer.
+/// The running history: dropping it stops and joins the drain, then the
+/// writer (whose last round drains the rings once more).
 pub struct History {
     shared: Arc<Shared>,
+    drain: Option<DrainThread>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// Where the writer gets the recorder of the moment (a reload may open a
 /// new one; None once the daemon is going away) and says that it stopped.
 pub struct HistorySources {
-    pub recorder: Box<dyn Fn() -> Option<Arc<Recorder>> + Send>,
+    pub recorder: Arc<dyn Fn() -> Option<Arc<Recorder>> + Send + Sync>,
     pub on_failure: Box<dyn Fn(String) + Send>,
 }
 
@@ -83,13 +88,16 @@ impl History {
             index: Mutex::new(index),
             wake: Mutex::new(Wake::default()),
             woken: Condvar::new(),
+            drained: Mutex::new(DrainQueue::default()),
         });
+        let drain = DrainThread::spawn(Arc::clone(&shared), Arc::clone(&sources.recorder))?;
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("flightrec-history".into())
             .spawn(move || Writer::new(s2, sources).run())?;
         Ok(History {
             shared,
+            drain: Some(drain),
             thread: Some(thread),
         })
     }
@@ -133,6 +141,7 @@ impl History {
 
 impl Drop for History {
     fn drop(&mut self) {
+        drop(self.drain.take());
         lock(&self.shared.wake).stop = true;
         self.shared.woken.notify_all();
         if let Some(t) = self.thread.take() {

@@ -2,9 +2,11 @@
 //! disk, minutes rather than the seconds the memory rings hold.
 //!
 //! With it on, the recorder opens every event once more per CPU into a
-//! forward ring that is never overwritten (`perf::history_ring`); the
-//! writer (`writer`) drains those rings and the tracking records a few
-//! times a second into zstd frames appended to segment files (`segment`,
+//! forward ring that is never overwritten (`perf::history_ring`); a drain
+//! thread (`drain`) woken by the kernel at each ring's watermark copies
+//! them out into a bounded queue, and the writer (`writer`) takes that
+//! and the tracking records a few times a second into zstd frames
+//! appended to segment files (`segment`,
 //! the format), each starting with the events it uses and a checkpoint of
 //! every process, and drops whole segments by age and bytes (`retention`).
 //! A dump whose window starts before what the rings hold is cut from the
@@ -14,6 +16,7 @@
 mod batch;
 pub mod cut;
 mod disk;
+mod drain;
 mod handle;
 pub mod read;
 pub mod retention;

@@ -1,9 +1,11 @@
-//! The history writer: one thread, at normal priority, that drains every
-//! CPU's history ring and the tracking records a few times a second,
-//! compresses them into frames and appends them to the current segment;
-//! starts a new segment (events, then a checkpoint of every process) when
-//! the current one is large or old enough; and drops old segments by age
-//! and by bytes before each write, so the budget is never exceeded.
+//! The history writer: one thread, at normal priority, that takes what
+//! the drain (`drain`, a thread of its own at a raised nice) copied out of
+//! every CPU's history ring, and the tracking records, a few times a
+//! second; compresses them into frames and appends them to the current
+//! segment; starts a new segment (events, then a checkpoint of every
+//! process) when the current one is large or old enough; and drops old
+//! segments by age and by bytes before each write, so the budget is never
+//! exceeded.
 //!
 //! A write that fails for lack of space drops the oldest segment and tries
 //! once more; any other failure (or a second one) stops the history with
@@ -20,6 +22,7 @@ use flightrec_files::{Access, Existing, NewFile};
 
 use super::batch::{Pending, frame_parts};
 use super::disk::remove_segment;
+use super::drain::{Fate, fate};
 use super::handle::{HistorySources, Shared, lock};
 use super::retention::{SegmentInfo, segments_to_drop};
 use super::segment::{
@@ -31,11 +34,9 @@ use crate::snapshot::perfdata::tracking_event;
 use crate::snapshot::synth;
 use crate::time::SampleTime;
 
-/// How often the rings are drained...
+/// How often the writer looks for records without being woken (the
+/// drain wakes it once a MiB waits).
 const ROUND: Duration = Duration::from_millis(200);
-/// ...and how soon again after a round that drained this much of a ring.
-const BUSY_ROUND: Duration = Duration::from_millis(20);
-const BUSY_BYTES: usize = 256 << 10;
 /// Pending records are written at least this often...
 const WRITE_EVERY: Duration = Duration::from_secs(1);
 /// ...or once this many bytes wait.
@@ -56,12 +57,9 @@ pub(super) struct Writer {
     layouts: RecordLayouts,
     segment: Option<Segment>,
     pending: Pending,
-    scratch: Vec<u8>,
     last_write: Instant,
     /// Set while stopped by a failure: when to try again.
     retry_at: Option<Instant>,
-    /// The last round drained [`BUSY_BYTES`] of some ring.
-    busy: bool,
     /// Event ids the recorder had at the last round.
     ids: usize,
     /// Kept from frame to frame (made at the first write).
@@ -77,10 +75,8 @@ impl Writer {
             layouts: RecordLayouts::default(),
             segment: None,
             pending: Pending::default(),
-            scratch: Vec::new(),
             last_write: Instant::now(),
             retry_at: None,
-            busy: false,
             ids: 0,
             encoder: None,
         }
@@ -93,10 +89,9 @@ impl Writer {
                 let wake = if wake.stop || wake.flush_asked > wake.flushed {
                     wake
                 } else {
-                    let round = if self.busy { BUSY_ROUND } else { ROUND };
                     self.shared
                         .woken
-                        .wait_timeout(wake, round)
+                        .wait_timeout(wake, ROUND)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 };
@@ -121,23 +116,14 @@ impl Writer {
         if !recorder.records_history() {
             return;
         }
-        let same = self
-            .recorder
-            .as_ref()
-            .is_some_and(|r| Arc::ptr_eq(r, &recorder));
+        self.take_drained(&recorder);
+        // A reload, or rings of a CPU that came online, before any of
+        // their records: a segment names the ids its records carry.
         let ids = recorder.event_id_count();
-        if !same || ids != self.ids {
-            // A new recorder (reload), or rings of a CPU that came online:
-            // a segment names the ids its records carry.
-            self.recorder = Some(Arc::clone(&recorder));
-            self.layouts = layouts_of(&recorder.events());
-            self.ids = ids;
-            if self.segment.is_some() {
-                self.write_pending();
-            }
-            self.end_segment();
+        if !self.is_current(&recorder) || ids > self.ids {
+            self.switch_to(&recorder, ids);
         }
-        self.drain(&recorder);
+        self.take_tracking(&recorder);
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
             // Stopped: what was drained is lost to the history, counted.
             let pending = std::mem::take(&mut self.pending);
@@ -167,27 +153,76 @@ impl Writer {
         }
     }
 
-    fn drain(&mut self, recorder: &Recorder) {
-        let layouts = &self.layouts;
-        let pending = &mut self.pending;
+    fn is_current(&self, recorder: &Arc<Recorder>) -> bool {
+        self.recorder
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, recorder))
+    }
+
+    /// Ends the current segment (what is pending written to it first):
+    /// records of `recorder` with `ids` event ids go to the next one.
+    fn switch_to(&mut self, recorder: &Arc<Recorder>, ids: usize) {
+        if self.segment.is_some() {
+            self.write_pending();
+        }
+        self.end_segment();
+        self.recorder = Some(Arc::clone(recorder));
+        self.layouts = layouts_of(&recorder.events());
+        self.ids = ids;
+    }
+
+    /// Drains the rings once more and adds everything the drain queued to
+    /// the pending records, in the order drained.
+    fn take_drained(&mut self, recorder: &Arc<Recorder>) {
+        let chunks = {
+            let mut queue = lock(&self.shared.drained);
+            queue.drain(recorder);
+            queue.take()
+        };
         let mut lost_now: Vec<(u32, u64)> = Vec::new();
-        let mut busy = false;
-        recorder.drain_history(&mut self.scratch, &mut |cpu, bytes| {
-            busy |= bytes.len() >= BUSY_BYTES;
-            let lost = pending.cpus.entry(cpu).or_default().add(bytes, layouts);
-            if lost > 0 {
-                lost_now.push((cpu, lost));
+        let mut spent = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            match fate(self.recorder.as_ref(), self.ids, recorder, &chunk) {
+                Fate::Add => {}
+                Fate::NewSegment => self.switch_to(&chunk.recorder, chunk.ids),
+                Fate::Stale => {
+                    let n = crate::ring::records(&chunk.records)
+                        .map_while(Result::ok)
+                        .count() as u64;
+                    lost_now.push((chunk.cpu, n));
+                    spent.push(chunk.records);
+                    continue;
+                }
             }
-        });
-        self.busy = busy;
-        let (tracking, dropped) = recorder.take_tracking_for_history();
-        self.pending.tracking.add(&tracking, &self.layouts);
-        if !lost_now.is_empty() || dropped > 0 {
+            let lost = self
+                .pending
+                .cpus
+                .entry(chunk.cpu)
+                .or_default()
+                .add(&chunk.records, &self.layouts);
+            if lost > 0 {
+                lost_now.push((chunk.cpu, lost));
+            }
+            spent.push(chunk.records);
+        }
+        let mut queue = lock(&self.shared.drained);
+        for records in spent {
+            queue.recycle(records);
+        }
+        drop(queue);
+        if !lost_now.is_empty() {
             let mut index = lock(&self.shared.index);
             for (cpu, lost) in lost_now {
                 *index.status.lost_per_cpu.entry(cpu).or_default() += lost;
             }
-            index.status.tracking_dropped += dropped;
+        }
+    }
+
+    fn take_tracking(&mut self, recorder: &Recorder) {
+        let (tracking, dropped) = recorder.take_tracking_for_history();
+        self.pending.tracking.add(&tracking, &self.layouts);
+        if dropped > 0 {
+            lock(&self.shared.index).status.tracking_dropped += dropped;
         }
     }
 

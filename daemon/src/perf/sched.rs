@@ -162,6 +162,25 @@ pub fn background_pool() -> &'static rayon::ThreadPool {
     })
 }
 
+/// Runs the calling thread with the normal policy at nice `nice` for the
+/// rest of its life (the history's drain, a copy out of the rings that
+/// must keep up with them under load; its children start at nice 0).
+/// Returns whether it got that nice; a refusal is logged once, naming the
+/// config key that sets it (`key`), and the thread stays at its nice.
+pub fn run_at_nice(nice: i32, key: &str) -> bool {
+    let _ = set_current_thread_normal_reset_on_fork();
+    match set_current_thread_nice(nice) {
+        Ok(()) => true,
+        Err(e) => {
+            static WARNED_KEY: AtomicBool = AtomicBool::new(false);
+            if !WARNED_KEY.swap(true, Ordering::Relaxed) {
+                tracing::warn!("nice {nice} refused ({e}); grant CAP_SYS_NICE or set {key} = 0");
+            }
+            false
+        }
+    }
+}
+
 /// Runs the calling thread with the normal policy at nice `nice` while
 /// alive (the dump thread's write, once the rings are frozen), then as it
 /// was before. Threads it starts meanwhile begin at nice 0 with the

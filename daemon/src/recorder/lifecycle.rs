@@ -8,6 +8,8 @@ use crate::tracking::cgroups::CgroupTable;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
@@ -310,6 +312,25 @@ impl Recorder {
     /// Whether this recorder streams to the history (`[history]` on).
     pub fn records_history(&self) -> bool {
         self.live.opener.history_pages.is_some()
+    }
+
+    /// Bytes of every CPU's history ring together (0 without the history).
+    pub fn history_ring_bytes(&self) -> usize {
+        let per_cpu = self
+            .live
+            .opener
+            .history_pages
+            .map_or(0, |pages| pages.saturating_mul(page_size()));
+        per_cpu.saturating_mul(lock(&self.live.history).len())
+    }
+
+    /// Adds every history ring's fd to `epoll` (data: its index), so a
+    /// drain is woken when the kernel fills one to its watermark.
+    pub fn watch_history(&self, epoll: &Epoll) -> nix::Result<()> {
+        for (i, ring) in lock(&self.live.history).iter().enumerate() {
+            epoll.add(ring.fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
+        }
+        Ok(())
     }
 
     /// Empties every CPU's history ring, handing `f` the CPU and its

@@ -1,0 +1,348 @@
+//! The history's drain: one thread that copies every CPU's history ring
+//! into a bounded queue the writer takes from, woken by the kernel when a
+//! ring is half full (epoll on the rings' fds, as perf's reader waits on
+//! its rings) and at least every [`ROUND`].
+//!
+//! A drain is a copy, a few hundred microseconds for a full ring, so it
+//! runs at a raised nice of its own (`history.drain_nice`) and the rings
+//! are emptied on time even while the writer compresses, waits for the
+//! disk, or gets a nice-0 share of a CPU among hundreds of runnable tasks
+//! (BENCHMARKS.md section 14: one timer-driven thread that drained and
+//! compressed at nice 0 lost millions of records a minute at 49999 Hz).
+//! Compression and the segment files stay on the writer, at nice 0.
+//!
+//! When the queue is full (the writer far behind) the drain leaves the
+//! rings as they are: the kernel then drops records and says so with LOST
+//! records, which the history counts where they happened. The queue's
+//! memory is bounded by the rings' size, not by the load.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+
+use super::handle::{Shared, lock};
+use crate::recorder::Recorder;
+
+/// How often the rings are drained without a wakeup...
+const ROUND: Duration = Duration::from_millis(200);
+/// ...and how soon again while the queue is full.
+const FULL_ROUND: Duration = Duration::from_millis(20);
+/// The writer is told once this many bytes wait for it.
+pub(super) const WAKE_WRITER_AT: usize = 1 << 20;
+/// The queue holds at most this many times the rings' bytes (and at least
+/// [`MIN_QUEUE_BYTES`]): seconds of the busiest load, then the kernel
+/// drops.
+const QUEUE_RINGS: usize = 2;
+const MIN_QUEUE_BYTES: usize = 16 << 20;
+/// Spare buffers kept for the next drains.
+const SPARE_BUFFERS: usize = 16;
+
+/// The records of one CPU's history ring drained at once, oldest first,
+/// with the recorder they came from and its event ids at the time: a
+/// segment names the ids its records carry, so the writer starts a new
+/// one when either changes (a reload, a CPU that came online).
+pub(super) struct Drained<R = Recorder> {
+    pub(super) recorder: Arc<R>,
+    pub(super) ids: usize,
+    pub(super) cpu: u32,
+    pub(super) records: Vec<u8>,
+}
+
+/// What the writer does with a drained chunk, given the recorder its
+/// current segment is of (`current`, with `current_ids` ids) and the
+/// recorder of the moment (`source`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Into the current segment.
+    Add,
+    /// Into a new segment, for the recorder of the moment or its new ids.
+    NewSegment,
+    /// Of a recorder a reload replaced after the writer moved on: its
+    /// segment is closed, the records are counted lost.
+    Stale,
+}
+
+pub(super) fn fate<R>(
+    current: Option<&Arc<R>>,
+    current_ids: usize,
+    source: &Arc<R>,
+    chunk: &Drained<R>,
+) -> Fate {
+    match current {
+        Some(c) if Arc::ptr_eq(c, &chunk.recorder) => {
+            if chunk.ids > current_ids {
+                Fate::NewSegment
+            } else {
+                Fate::Add
+            }
+        }
+        _ if Arc::ptr_eq(source, &chunk.recorder) => Fate::NewSegment,
+        _ => Fate::Stale,
+    }
+}
+
+/// What was drained and not yet taken by the writer, oldest first.
+pub(super) struct DrainQueue<R = Recorder> {
+    chunks: VecDeque<Drained<R>>,
+    bytes: usize,
+    spare: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+}
+
+impl<R> Default for DrainQueue<R> {
+    fn default() -> Self {
+        Self {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            spare: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl<R> DrainQueue<R> {
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Everything queued, oldest first.
+    pub(super) fn take(&mut self) -> VecDeque<Drained<R>> {
+        self.bytes = 0;
+        std::mem::take(&mut self.chunks)
+    }
+
+    /// Gives a taken chunk's buffer back for the next drains.
+    pub(super) fn recycle(&mut self, mut records: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            records.clear();
+            self.spare.push(records);
+        }
+    }
+
+    /// Whether the queue is at `limit` for rings of `ring_bytes` together.
+    fn full(&self, ring_bytes: usize) -> bool {
+        self.bytes >= (QUEUE_RINGS * ring_bytes).max(MIN_QUEUE_BYTES)
+    }
+
+    /// Queues a copy of `bytes`, drained from `cpu`'s ring of `recorder`
+    /// (a spare buffer when there is one).
+    fn push(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, bytes: &[u8]) {
+        let mut records = self.spare.pop().unwrap_or_default();
+        records.extend_from_slice(bytes);
+        self.bytes += records.len();
+        self.chunks.push_back(Drained {
+            recorder: Arc::clone(recorder),
+            ids,
+            cpu,
+            records,
+        });
+    }
+}
+
+impl DrainQueue {
+    /// Drains every history ring of `recorder` into the queue, unless it
+    /// already holds its limit. Returns false when it was full.
+    pub(super) fn drain(&mut self, recorder: &Arc<Recorder>) -> bool {
+        if self.full(recorder.history_ring_bytes()) {
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let before = self.chunks.len();
+        recorder.drain_history(&mut scratch, &mut |cpu, bytes| {
+            if !bytes.is_empty() {
+                self.push(recorder, 0, cpu, bytes);
+            }
+        });
+        // Read after the drain: ids at least those of every ring drained.
+        let ids = recorder.event_id_count();
+        for chunk in self.chunks.iter_mut().skip(before) {
+            chunk.ids = ids;
+        }
+        self.scratch = scratch;
+        true
+    }
+}
+
+/// The drain thread. Dropping it stops and joins it (what it has queued
+/// stays for the writer).
+pub(super) struct DrainThread {
+    stop: Arc<EventFd>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Where the drain finds the recorder of the moment.
+pub(super) type RecorderSource = Arc<dyn Fn() -> Option<Arc<Recorder>> + Send + Sync>;
+
+impl DrainThread {
+    pub(super) fn spawn(shared: Arc<Shared>, recorder: RecorderSource) -> io::Result<Self> {
+        let stop = Arc::new(EventFd::new()?);
+        let stop_in_thread = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("flightrec-hist-drain".into())
+            .spawn(move || {
+                let nice = shared.settings.drain_nice;
+                if nice != 0 {
+                    crate::perf::sched::run_at_nice(nice, "history.drain_nice");
+                }
+                if let Err(e) = run(&shared, &recorder, &stop_in_thread) {
+                    // The writer still drains at each of its rounds.
+                    tracing::error!(
+                        "waiting for history ring wakeups failed: {e}; the history's rings are \
+                         now drained only by its writer"
+                    );
+                }
+            })?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for DrainThread {
+    fn drop(&mut self) {
+        let _ = self.stop.write(1);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The rings being waited on: those of `recorder` with `ids` event ids.
+struct Watched {
+    recorder: Arc<Recorder>,
+    ids: usize,
+    epoll: Epoll,
+}
+
+const STOP: u64 = u64::MAX;
+
+fn watch(recorder: &Arc<Recorder>, stop: &EventFd) -> nix::Result<Watched> {
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    epoll.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP))?;
+    // Ids first: rings of a CPU that comes online meanwhile are watched
+    // at the next round, when the count has grown.
+    let ids = recorder.event_id_count();
+    recorder.watch_history(&epoll)?;
+    Ok(Watched {
+        recorder: Arc::clone(recorder),
+        ids,
+        epoll,
+    })
+}
+
+fn run(shared: &Shared, source: &RecorderSource, stop: &EventFd) -> nix::Result<()> {
+    let idle = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    idle.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP))?;
+    let mut watched: Option<Watched> = None;
+    let mut full = false;
+    let mut events = [EpollEvent::empty(); 64];
+    loop {
+        let recorder = source().filter(|r| r.records_history());
+        let current = matches!(
+            (&recorder, &watched),
+            (Some(r), Some(w)) if Arc::ptr_eq(r, &w.recorder) && r.event_id_count() == w.ids
+        );
+        if !current {
+            watched = match &recorder {
+                Some(r) => Some(watch(r, stop)?),
+                None => None,
+            };
+        }
+        let epoll = watched.as_ref().map_or(&idle, |w| &w.epoll);
+        let wait = if full { FULL_ROUND } else { ROUND };
+        let timeout = EpollTimeout::try_from(wait).unwrap_or(EpollTimeout::NONE);
+        let n = match epoll.wait(&mut events, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(e),
+        };
+        if events[..n].iter().any(|e| e.data() == STOP) {
+            let _ = stop.read();
+            return Ok(());
+        }
+        let Some(w) = &watched else {
+            continue;
+        };
+        let mut queue = lock(&shared.drained);
+        full = !queue.drain(&w.recorder);
+        let wake_writer = queue.bytes() >= WAKE_WRITER_AT;
+        drop(queue);
+        if wake_writer {
+            shared.woken.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(recorder: &Arc<u8>, ids: usize) -> Drained<u8> {
+        Drained {
+            recorder: Arc::clone(recorder),
+            ids,
+            cpu: 0,
+            records: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_chunk_goes_to_the_current_segment_a_new_one_or_is_stale() {
+        let (old, new) = (Arc::new(1u8), Arc::new(2u8));
+        // The first chunk: a segment for the recorder of the moment.
+        assert_eq!(fate(None, 0, &old, &chunk(&old, 4)), Fate::NewSegment);
+        assert_eq!(fate(Some(&old), 4, &old, &chunk(&old, 4)), Fate::Add);
+        // Drained before a CPU came online: its ids are in the new segment too.
+        assert_eq!(fate(Some(&old), 6, &old, &chunk(&old, 4)), Fate::Add);
+        // A CPU came online: its ids need a segment that names them.
+        assert_eq!(fate(Some(&old), 4, &old, &chunk(&old, 6)), Fate::NewSegment);
+        // A reload: the old recorder's last chunks still go to its segment...
+        assert_eq!(fate(Some(&old), 4, &new, &chunk(&old, 4)), Fate::Add);
+        // ...the new one's start a segment...
+        assert_eq!(fate(Some(&old), 4, &new, &chunk(&new, 4)), Fate::NewSegment);
+        // ...and the old one's drained after that are too late.
+        assert_eq!(fate(Some(&new), 4, &new, &chunk(&old, 4)), Fate::Stale);
+    }
+
+    #[test]
+    fn the_queue_keeps_order_and_is_full_at_twice_the_rings_or_16_mib() {
+        let r = Arc::new(0u8);
+        let mut q: DrainQueue<u8> = DrainQueue::default();
+        assert!(!q.full(1 << 20));
+        q.push(&r, 2, 0, &[1; 8 << 20]);
+        q.push(&r, 2, 1, &[2; 8 << 20]);
+        assert_eq!(q.bytes(), 16 << 20);
+        // Small rings: the 16 MiB floor.
+        assert!(q.full(1 << 20));
+        // 16 MiB of rings: room for 32.
+        assert!(!q.full(16 << 20));
+        let taken = q.take();
+        assert_eq!(q.bytes(), 0);
+        assert_eq!(
+            taken
+                .iter()
+                .map(|c| (c.cpu, c.records[0]))
+                .collect::<Vec<_>>(),
+            vec![(0, 1), (1, 2)]
+        );
+        // Buffers come back empty and are used again, at most SPARE_BUFFERS.
+        for c in taken {
+            q.recycle(c.records);
+        }
+        q.push(&r, 2, 3, &[3; 4]);
+        let again = q.take();
+        assert_eq!(again[0].records, vec![3; 4]);
+        assert!(again[0].records.capacity() >= 8 << 20);
+        for _ in 0..2 * SPARE_BUFFERS {
+            q.recycle(vec![0; 1]);
+        }
+        assert_eq!(q.spare.len(), SPARE_BUFFERS);
+    }
+}
