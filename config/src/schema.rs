@@ -268,8 +268,9 @@ pub struct HistoryConfig {
     pub dir: PathBuf,
     /// zstd level of the segments, 1..=22.
     pub level: Spanned<i32>,
-    /// Nice of the thread that empties the history's rings (-20..=19).
-    pub drain_nice: Spanned<i32>,
+    /// Nice of the history's threads: the drain that empties its rings and
+    /// the writer that compresses and writes them (-20..=19).
+    pub writer_nice: Spanned<i32>,
 }
 
 impl Default for HistoryConfig {
@@ -280,7 +281,7 @@ impl Default for HistoryConfig {
             max_bytes: unspanned(ByteSize::gib(1)),
             dir: "/var/lib/flightrec/history".into(),
             level: unspanned(1),
-            drain_nice: unspanned(-10),
+            writer_nice: unspanned(-10),
         }
     }
 }

@@ -117,12 +117,12 @@ impl HistoryConfig {
                 ),
             ));
         }
-        let nice = &self.drain_nice;
+        let nice = &self.writer_nice;
         if !(-20..=19).contains(nice.get_ref()) {
             return Err((
                 nice.span(),
                 format!(
-                    "history.drain_nice = {} is out of range: nice values are -20 (highest \
+                    "history.writer_nice = {} is out of range: nice values are -20 (highest \
                      priority) to 19 (lowest)",
                     nice.get_ref()
                 ),
@@ -670,12 +670,12 @@ mod tests {
         );
         rejected_at("[history]\nlevel = 23\n", 2, 9, "history.level = 23");
         rejected_at(
-            "[history]\ndrain_nice = -21\n",
+            "[history]\nwriter_nice = -21\n",
             2,
-            14,
-            "history.drain_nice = -21 is out of range",
+            15,
+            "history.writer_nice = -21 is out of range",
         );
-        assert_eq!(*on.history.drain_nice.get_ref(), -10);
+        assert_eq!(*on.history.writer_nice.get_ref(), -10);
         rejected_at("[history]\ndir = \"\"\n", 2, 7, "history.dir is empty");
         rejected_at(
             "[history]\nmax_days = 3\n",

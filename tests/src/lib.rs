@@ -570,6 +570,41 @@ pub fn perf_script(path: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What `perf script --show-lost-events` reads in the file at `path`: the
+/// samples it holds and the samples its LOST records say were dropped
+/// (the sum of their counts, perf report's "Total Lost Samples"). Not
+/// `perf report --stats`, whose "LOST events" counts LOST records, each
+/// of which may stand for thousands of samples.
+pub fn perf_lost_samples(path: &Path) -> Result<(u64, u64), String> {
+    let out = Command::new("perf")
+        .args(["script", "--show-lost-events", "-F", "time", "-i"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("perf script: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "perf script -i {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let (mut samples, mut lost) = (0, 0);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "PERF_RECORD_LOST lost N": the kernel's, for a full ring. Not
+        // LOST_SAMPLES, which flightrec's snapshots add to sum up the
+        // LOST records of each CPU (counted twice otherwise).
+        match line.split_once("PERF_RECORD_LOST lost ") {
+            Some((_, rest)) => {
+                let n = rest.trim().parse::<u64>().ok();
+                lost += n.ok_or_else(|| format!("a LOST record without a count: {line}"))?;
+            }
+            None if line.trim().ends_with(':') => samples += 1,
+            None => {}
+        }
+    }
+    Ok((samples, lost))
+}
+
 /// Busy work on every CPU (scheduler switches, samples) until dropped.
 pub struct Load(Vec<std::process::Child>);
 

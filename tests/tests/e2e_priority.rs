@@ -287,15 +287,15 @@ fn the_dump_thread_writes_at_the_configured_nice_and_nothing_else_is_raised() {
 
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn the_history_drain_runs_at_history_drain_nice_and_its_writer_at_nice_0() {
-    require_root("the_history_drain_runs_at_history_drain_nice_and_its_writer_at_nice_0");
+fn the_history_drain_and_writer_run_at_history_writer_nice() {
+    require_root("the_history_drain_and_writer_run_at_history_writer_nice");
     let _machine = machine();
     const NICE: i32 = -4;
     let dir = tempfile::tempdir().expect("tempdir");
     let text = test_config(
         dir.path(),
         &format!(
-            "[history]\nenabled = true\ndir = \"{}\"\ndrain_nice = {NICE}\n",
+            "[history]\nenabled = true\ndir = \"{}\"\nwriter_nice = {NICE}\n",
             dir.path().join("history").display()
         ),
     );
@@ -321,17 +321,16 @@ fn the_history_drain_runs_at_history_drain_nice_and_its_writer_at_nice_0() {
             .map(|(_, s)| s.clone())
             .unwrap_or_else(|| panic!("no thread {comm} among {seen:?}"))
     };
-    // Thread names are cut to 15 bytes: flightrec-hist-drain, flightrec-history.
-    let drain = named("flightrec-hist-");
+    let drain = named("history-drain");
     assert_eq!(
         (drain.policy, drain.nice),
         (0, NICE),
         "the drain: {drain:?}"
     );
-    let writer = named("flightrec-histo");
+    let writer = named("history-writer");
     assert_eq!(
         (writer.policy, writer.nice),
-        (0, 0),
+        (0, NICE),
         "the writer: {writer:?}"
     );
 }

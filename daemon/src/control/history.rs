@@ -22,7 +22,7 @@ impl Control {
             max_bytes: h.max_bytes.get_ref().bytes(),
             level: *h.level.get_ref(),
             group: cur.group.as_ref().map(|g| g.1.as_raw()),
-            drain_nice: *h.drain_nice.get_ref(),
+            writer_nice: *h.writer_nice.get_ref(),
         };
         let live = Arc::downgrade(&self.live);
         let events = self.events.clone();

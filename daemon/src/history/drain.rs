@@ -1,15 +1,15 @@
 //! The history's drain: one thread that copies every CPU's history ring
 //! into a bounded queue the writer takes from, woken by the kernel when a
-//! ring is half full (epoll on the rings' fds, as perf's reader waits on
+//! ring is a quarter full (epoll on the rings' fds, as perf's reader waits on
 //! its rings) and at least every [`ROUND`].
 //!
-//! A drain is a copy, a few hundred microseconds for a full ring, so it
-//! runs at a raised nice of its own (`history.drain_nice`) and the rings
-//! are emptied on time even while the writer compresses, waits for the
-//! disk, or gets a nice-0 share of a CPU among hundreds of runnable tasks
-//! (BENCHMARKS.md section 14: one timer-driven thread that drained and
-//! compressed at nice 0 lost millions of records a minute at 49999 Hz).
-//! Compression and the segment files stay on the writer, at nice 0.
+//! A drain is a copy, a few hundred microseconds for a full ring, so the
+//! rings are emptied on time while the writer compresses or waits for the
+//! disk. Both run at `history.writer_nice` (-10): under a load of
+//! hundreds of runnable tasks a nice-0 thread that has work waiting gets
+//! a few milliseconds of CPU a second (measured at 19999 Hz: the writer
+//! waited runnable 10.9 s of 14 s and the queue filled), and raising it
+//! changes when the work is done, not how much of it there is.
 //!
 //! When the queue is full (the writer far behind) the drain leaves the
 //! rings as they are: the kernel then drops records and says so with LOST
@@ -40,8 +40,10 @@ pub(super) const WAKE_WRITER_AT: usize = 1 << 20;
 /// drops.
 const QUEUE_RINGS: usize = 2;
 const MIN_QUEUE_BYTES: usize = 16 << 20;
-/// Spare buffers kept for the next drains.
-const SPARE_BUFFERS: usize = 16;
+/// Spare buffers kept for the next drains, at most this many bytes of
+/// them: enough for the next drain of a busy machine, no more memory kept
+/// for a burst that is over.
+const SPARE_BYTES: usize = 4 << 20;
 
 /// The records of one CPU's history ring drained at once, oldest first,
 /// with the recorder they came from and its event ids at the time: a
@@ -117,9 +119,11 @@ impl<R> DrainQueue<R> {
         std::mem::take(&mut self.chunks)
     }
 
-    /// Gives a taken chunk's buffer back for the next drains.
+    /// Gives a taken chunk's buffer back for the next drains (kept while
+    /// the spares hold less than [`SPARE_BYTES`]).
     pub(super) fn recycle(&mut self, mut records: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS {
+        let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+        if kept + records.capacity() <= SPARE_BYTES {
             records.clear();
             self.spare.push(records);
         }
@@ -184,11 +188,11 @@ impl DrainThread {
         let stop = Arc::new(EventFd::new()?);
         let stop_in_thread = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
-            .name("flightrec-hist-drain".into())
+            .name("history-drain".into())
             .spawn(move || {
-                let nice = shared.settings.drain_nice;
+                let nice = shared.settings.writer_nice;
                 if nice != 0 {
-                    crate::perf::sched::run_at_nice(nice, "history.drain_nice");
+                    crate::perf::sched::run_at_nice(nice, "history.writer_nice");
                 }
                 if let Err(e) = run(&shared, &recorder, &stop_in_thread) {
                     // The writer still drains at each of its rounds.
@@ -332,17 +336,20 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(0, 1), (1, 2)]
         );
-        // Buffers come back empty and are used again, at most SPARE_BUFFERS.
+        // Buffers come back empty and are used again, while the spares
+        // hold less than SPARE_BYTES: the 8 MiB ones are dropped.
         for c in taken {
             q.recycle(c.records);
         }
+        assert!(q.spare.is_empty());
+        q.recycle(Vec::with_capacity(1 << 20));
         q.push(&r, 2, 3, &[3; 4]);
         let again = q.take();
         assert_eq!(again[0].records, vec![3; 4]);
-        assert!(again[0].records.capacity() >= 8 << 20);
-        for _ in 0..2 * SPARE_BUFFERS {
-            q.recycle(vec![0; 1]);
+        assert!(again[0].records.capacity() >= 1 << 20);
+        for _ in 0..8 {
+            q.recycle(Vec::with_capacity(1 << 20));
         }
-        assert_eq!(q.spare.len(), SPARE_BUFFERS);
+        assert_eq!(q.spare.len(), 4);
     }
 }

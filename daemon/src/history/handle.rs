@@ -93,7 +93,7 @@ impl History {
         let drain = DrainThread::spawn(Arc::clone(&shared), Arc::clone(&sources.recorder))?;
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
-            .name("flightrec-history".into())
+            .name("history-writer".into())
             .spawn(move || Writer::new(s2, sources).run())?;
         Ok(History {
             shared,

@@ -17,8 +17,8 @@ pub struct HistorySettings {
     pub level: i32,
     /// The group of the segment files (the socket group), as snapshots.
     pub group: Option<u32>,
-    /// `history.drain_nice`: the nice of the thread that empties the rings.
-    pub drain_nice: i32,
+    /// `history.writer_nice`: the nice of the drain and the writer.
+    pub writer_nice: i32,
 }
 
 impl HistorySettings {

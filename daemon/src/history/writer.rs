@@ -1,5 +1,5 @@
-//! The history writer: one thread, at normal priority, that takes what
-//! the drain (`drain`, a thread of its own at a raised nice) copied out of
+//! The history writer: one thread, at `history.writer_nice` as the drain,
+//! that takes what the drain (`drain`, a thread of its own) copied out of
 //! every CPU's history ring, and the tracking records, a few times a
 //! second; compresses them into frames and appends them to the current
 //! segment; starts a new segment (events, then a checkpoint of every
@@ -83,6 +83,10 @@ impl Writer {
     }
 
     pub(super) fn run(mut self) {
+        let nice = self.shared.settings.writer_nice;
+        if nice != 0 {
+            crate::perf::sched::run_at_nice(nice, "history.writer_nice");
+        }
         loop {
             let (stop, flush) = {
                 let wake = lock(&self.shared.wake);

@@ -22,13 +22,14 @@ pub struct HistoryRing {
     ring: ForwardRing,
 }
 
-/// `event` as the history opens it: written forward, the writer woken when
-/// half of a ring of `data_size` bytes is full.
+/// `event` as the history opens it: written forward, the drain woken when
+/// a quarter of a ring of `data_size` bytes is full, so that it has three
+/// quarters of the ring's time to be scheduled before the kernel drops.
 fn forward(event: &ResolvedEvent, data_size: usize) -> ResolvedEvent {
     let mut e = event.clone();
     e.attr.flags &= !attr_flag::WRITE_BACKWARD;
     e.attr.flags |= attr_flag::WATERMARK;
-    e.attr.wakeup = u32::try_from(data_size / 2).unwrap_or(u32::MAX).max(1);
+    e.attr.wakeup = u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1);
     e
 }
 

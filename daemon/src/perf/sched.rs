@@ -23,6 +23,8 @@
 //! pool at nice 0, and a `Compress` asked over the API runs on the
 //! [`background_pool`], whose workers are niced ([`BACKGROUND_NICE`]) so a
 //! socket-group member cannot take the CPUs from the machine's work.
+//! The history's drain and writer run at `history.writer_nice` (-10 by
+//! default) for their life, for the same reason as the dump's write.
 //! Realtime and a negative nice need CAP_SYS_NICE; without it everything
 //! runs at normal priority and a warning says so once.
 
@@ -163,8 +165,8 @@ pub fn background_pool() -> &'static rayon::ThreadPool {
 }
 
 /// Runs the calling thread with the normal policy at nice `nice` for the
-/// rest of its life (the history's drain, a copy out of the rings that
-/// must keep up with them under load; its children start at nice 0).
+/// rest of its life (the history's drain and writer, which must keep up
+/// with the rings under load; their children start at nice 0).
 /// Returns whether it got that nice; a refusal is logged once, naming the
 /// config key that sets it (`key`), and the thread stays at its nice.
 pub fn run_at_nice(nice: i32, key: &str) -> bool {

@@ -10,10 +10,9 @@
 //! `--history-minutes` (default 11): the time and peak RSS of
 //! `snapctl dump --at -5m --before 10s` and of a whole 10-minute window.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{UNDER, Under, alternate};
 use crate::MIB;
@@ -27,25 +26,13 @@ use crate::workload::{BackgroundLoad, Workload};
 /// The disk budget of both tools in the overhead phase.
 const BUDGET: u64 = 256 * MIB;
 
-/// LOST records of perf's files (`perf report --stats`).
+/// Samples perf's files say were lost (the counts of their LOST records,
+/// as flightrec's history counts its own).
 fn perf_lost(files: &[std::path::PathBuf]) -> Result<u64> {
     let mut lost = 0;
     for f in files {
-        let out = Command::new("perf")
-            .args(["report", "--stats", "-i"])
-            .arg(f)
-            .output()
-            .context("perf report --stats")?;
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let line = line.trim();
-            if line.starts_with("LOST events:") {
-                lost += line
-                    .split_whitespace()
-                    .nth(2)
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
+        let (_, n) = flightrec_tests::perf_lost_samples(f).map_err(anyhow::Error::msg)?;
+        lost += n;
     }
     Ok(lost)
 }
@@ -235,18 +222,31 @@ fn loss_onset(args: &Args, workload: Workload) -> Result<Vec<Row>> {
         }
         steps.push(hz);
         let mut lost: [Vec<f64>; 2] = Default::default();
+        let mut walls: [Vec<f64>; 2] = Default::default();
         let mut rate = Vec::new();
         for run in 0..args.runs {
             for &mode in alternate(run, &UNDER) {
                 if let Under::Tool(kind) = mode {
                     let p = under(kind, args, workload, streaming(Some(hz), 1 << 30))?;
                     lost[kind as usize].push(p.lost_per_min);
+                    walls[kind as usize].push(p.wall);
                     if kind == Kind::Flightrec {
                         rate.push(p.raw_mib_per_sec_per_cpu);
                     }
                 }
             }
         }
+        let [fr_wall, pf_wall] = walls.map(|v| Summary::of(&v));
+        rows.push(Row {
+            metric: format!(
+                "cpu-clock at {hz} Hz -g: workload wall time under the recorder (the kernel's \
+                 sampling included)"
+            ),
+            ratio: ratio(fr_wall, pf_wall),
+            flightrec: show(fr_wall, "s", 3),
+            perf: show(pf_wall, "s", 3),
+            target: "<= 1.0",
+        });
         let [fr, pf] = lost.map(|v| Summary::of(&v));
         for (i, s) in [&fr, &pf].into_iter().enumerate() {
             if onset[i].is_none() && s.as_ref().is_some_and(|s| s.max > 0.0) {
