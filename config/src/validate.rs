@@ -83,6 +83,20 @@ pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
 /// Longest `history.max_age`.
 pub const MAX_HISTORY_AGE_SECS: u64 = 7 * 86400;
 
+/// A nice value (`key` names it in the error): -20 to 19.
+fn check_nice(nice: &Spanned<i32>, key: &str) -> Result<(), (Range<usize>, String)> {
+    if (-20..=19).contains(nice.get_ref()) {
+        return Ok(());
+    }
+    Err((
+        nice.span(),
+        format!(
+            "{key} = {} is out of range: nice values are -20 (highest priority) to 19 (lowest)",
+            nice.get_ref()
+        ),
+    ))
+}
+
 impl HistoryConfig {
     pub(crate) fn validate(&self) -> Result<(), (Range<usize>, String)> {
         let age = &self.max_age;
@@ -117,17 +131,7 @@ impl HistoryConfig {
                 ),
             ));
         }
-        let nice = &self.writer_nice;
-        if !(-20..=19).contains(nice.get_ref()) {
-            return Err((
-                nice.span(),
-                format!(
-                    "history.writer_nice = {} is out of range: nice values are -20 (highest \
-                     priority) to 19 (lowest)",
-                    nice.get_ref()
-                ),
-            ));
-        }
+        check_nice(&self.writer_nice, "history.writer_nice")?;
         Ok(())
     }
 }
@@ -364,17 +368,7 @@ impl SnapshotConfig {
                 ),
             ));
         }
-        let nice = &self.writer_nice;
-        if !(-20..=19).contains(nice.get_ref()) {
-            return Err((
-                nice.span(),
-                format!(
-                    "snapshot.writer_nice = {} is out of range: nice values are -20 (highest \
-                     priority) to 19 (lowest)",
-                    nice.get_ref()
-                ),
-            ));
-        }
+        check_nice(&self.writer_nice, "snapshot.writer_nice")?;
         let delay = &self.post_trigger_delay;
         if delay.get_ref().get() > std::time::Duration::from_secs(60) {
             return Err((
