@@ -10,6 +10,8 @@
 //!   devices) or following a final link, only if it is a regular file, and
 //!   reading it in bounded pieces;
 //! - [`elf`]: the GNU build-id of such a file, from a few KiB of it at most;
+//! - [`elf_layout`]: where its file offsets land in memory, and one
+//!   section's bytes by name, each read bounded;
 //! - [`dirs`]: whether anyone but root and one group could plant files in a
 //!   directory.
 
@@ -17,6 +19,7 @@
 
 pub mod dirs;
 pub mod elf;
+pub mod elf_layout;
 pub mod new_file;
 pub mod untrusted;
 

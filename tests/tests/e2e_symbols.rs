@@ -18,6 +18,9 @@
 //!   (`main;a;b;c;burn`) and Debian's python3.11, unwound by `snapctl
 //!   export` from their stack copies, against `perf script` on the same
 //!   snapshot and against frame-pointer chains of the same samples.
+//! - The same with `[history]` on: a window cut from the history, whose
+//!   copies the daemon unwound into call chains as it wrote them, against
+//!   what `perf script` unwinds from the rings' copies of the same seconds.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -1081,5 +1084,211 @@ fn dwarf_call_chains_unwind_a_program_built_without_frame_pointers() {
          {perf_samples}), frame pointers {fp:.1}% of {fp_samples}; python3.11 reaching \
          Py_BytesMain: dwarf {py:.1}% of {py_samples}, frame pointers {py_fp_whole} of \
          {py_fp_samples}"
+    );
+}
+
+/// Per sample of `comm` that `perf script` shows in `snapshot`: its time
+/// (ns) and its frames' symbols, root first (inlined functions left out:
+/// perf shows them for frames it unwinds, not for chains it reads).
+fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<u64, Vec<String>> {
+    let out = run(Command::new("perf")
+        .args([
+            "script",
+            "-F",
+            "time,ip,sym",
+            "--ns",
+            "--no-inline",
+            "--comm",
+            comm,
+            "-i",
+        ])
+        .arg(snapshot));
+    let mut by_time = BTreeMap::new();
+    for block in out.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.lines().filter(|l| !l.trim().is_empty());
+        let Some(first) = lines.next() else { continue };
+        // `SECONDS.NANOS:` then the frames, leaf first.
+        let Some(time) = first
+            .trim()
+            .trim_end_matches(':')
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.trim_end_matches(':').replace('.', "").parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let mut frames: Vec<String> = lines
+            .filter_map(|l| l.split_whitespace().last())
+            .map(|sym| sym.split('+').next().unwrap_or(sym).to_string())
+            .collect();
+        frames.reverse();
+        by_time.insert(time, frames);
+    }
+    by_time
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
+    let test = "a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them";
+    require_root(test);
+    if !have(test, "gcc", &["--version"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let exe = gcc(
+        work.path(),
+        "dwarf-history",
+        DWARF_C,
+        &["-O2", "-fomit-frame-pointer"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history");
+    let extra = format!(
+        "[snapshot]\ncompression = \"none\"\n\n[history]\nenabled = true\ndir = \"{}\"\n\
+         max_age = \"15min\"\nmax_bytes = \"256MiB\"\n",
+        history.display()
+    );
+    // 8 MiB rings hold a second of 8 KiB copies at 999 Hz a CPU: the
+    // rings' dump is what perf unwinds.
+    let text = test_config(dir.path(), &extra)
+        .replace("per_cpu = \"256KiB\"", "per_cpu = \"8MiB\"")
+        .replace("[[event]]\nname = \"sched:sched_switch\"\n", "")
+        .replace(
+            "name = \"cpu-clock\"\nfrequency = 999\ncallchain = true",
+            "name = \"cpu-clock\"\nfrequency = 999\ncallchain = \"dwarf\"",
+        );
+    assert!(
+        text.contains("\"dwarf\"") && text.contains("[history]"),
+        "{text}"
+    );
+    let d = Daemon::start_in(dir, &text, &[]);
+    let program = spawn(&mut Command::new(&exe));
+    wait_cpu(program.0.id(), 300);
+    // The rings' dump keeps the stack copies: perf unwinds those.
+    let ring = dump(&d);
+    // A 10-minute window cut from the history (reaching back to the
+    // daemon's start): the same samples, unwound by the daemon.
+    let window = d.json(&["dump", "--before", "10m"]);
+    let cut = PathBuf::from(window["path"].as_str().expect("path"));
+    assert!(
+        window["window_missing_ns"].as_u64().unwrap_or(0) > 0,
+        "the history reaches back 10 minutes? {window}"
+    );
+
+    let status = d.json(&["status"]);
+    let (unwound, kept) = (
+        status["history"]["stacks_unwound"].as_u64().unwrap_or(0),
+        status["history"]["stacks_kept"]
+            .as_u64()
+            .unwrap_or(u64::MAX),
+    );
+    assert!(
+        unwound >= 200 && kept * 100 <= unwound,
+        "status: {unwound} stack copies unwound, {kept} kept"
+    );
+    let copies = perf_stacks(&ring, "dwarf-history");
+    let chains = perf_stacks(&cut, "dwarf-history");
+    // With the history on, the kernel takes each sample twice (the rings'
+    // events and the history's), at moments of their own: the two files
+    // are compared sample set against sample set over the rings' span.
+    let (first, last) = (
+        *copies.keys().next().expect("samples in the rings' dump"),
+        *copies.keys().last().unwrap(),
+    );
+    let in_span: Vec<&Vec<String>> = chains.range(first..=last).map(|(_, f)| f).collect();
+    assert!(
+        copies.len() >= 200,
+        "{} samples in the rings' dump",
+        copies.len()
+    );
+    assert!(
+        in_span.len() * 10 >= copies.len() * 9,
+        "the history window holds {} samples in the rings' span, the rings {}",
+        in_span.len(),
+        copies.len()
+    );
+    let shares = |stacks: &mut dyn Iterator<Item = &Vec<String>>| {
+        let mut n: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+        let mut total = 0.0;
+        for s in stacks {
+            *n.entry(s.clone()).or_default() += 1.0;
+            total += 1.0;
+        }
+        n.values_mut().for_each(|v| *v = *v * 100.0 / total);
+        n
+    };
+    let theirs = shares(&mut copies.values());
+    let ours = shares(&mut in_span.iter().copied());
+    let mut apart = Vec::new();
+    for stack in theirs.keys().chain(ours.keys()) {
+        let (a, b) = (
+            theirs.get(stack).copied().unwrap_or(0.0),
+            ours.get(stack).copied().unwrap_or(0.0),
+        );
+        if (a - b).abs() > 2.0 {
+            apart.push(format!("{stack:?}: perf {a:.1}%, history {b:.1}%"));
+        }
+    }
+    assert!(
+        apart.is_empty(),
+        "stacks whose shares differ by more than 2 points ({} samples unwound by perf from \
+         the rings' copies, {} by the daemon into the history):\n{}",
+        copies.len(),
+        in_span.len(),
+        apart.join("\n")
+    );
+    let main_share = |s: &BTreeMap<Vec<String>, f64>| -> f64 {
+        s.iter()
+            .filter(|(f, _)| reaches_main(f))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let (perf_main, history_main) = (main_share(&theirs), main_share(&ours));
+    // Over the whole window (every second since the daemon started, most
+    // of it older than the rings hold) the program's stacks are whole.
+    let whole = chains.values().filter(|f| reaches_main(f)).count();
+    let whole_share = whole as f64 * 100.0 / chains.len() as f64;
+    assert!(
+        whole_share >= 95.0,
+        "{whole} of {} samples in the window reach main;a;b;c;burn",
+        chains.len()
+    );
+    // snapctl's own export agrees.
+    let collapsed = work.path().join("window.folded");
+    snapctl_json(
+        &d,
+        &[
+            "export",
+            cut.to_str().unwrap(),
+            "--format",
+            "collapsed",
+            "-o",
+            collapsed.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stacks = folded(&collapsed);
+    let of_program: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| f[0] == "dwarf-history")
+        .collect();
+    let samples: u64 = of_program.iter().map(|(_, n)| n).sum();
+    let reached: u64 = of_program
+        .iter()
+        .filter(|(f, _)| reaches_main(f))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        samples as usize == chains.len() && reached as f64 >= 0.95 * samples as f64,
+        "snapctl export: {reached} of {samples} reach main;a;b;c;burn (perf: {whole} of {})",
+        chains.len()
+    );
+    eprintln!(
+        "history window: {} samples, {whole_share:.1}% reach main; the rings' dump: {} \
+         samples; over the rings' span main;a;b;c;burn is {perf_main:.1}% by perf from the \
+         copies, {history_main:.1}% in the history; {unwound} copies unwound, {kept} kept",
+        chains.len(),
+        copies.len(),
     );
 }

@@ -55,7 +55,9 @@ fn daemon_folders_use_only_what_the_table_allows() {
             ),
             (
                 "history",
-                &["perf", "ring", "host", "recorder", "snapshot", "time"],
+                &[
+                    "perf", "ring", "host", "tracking", "recorder", "snapshot", "time",
+                ],
             ),
             ("store", &["snapshot", "time"]),
             ("events", &["store", "time"]),
@@ -226,6 +228,7 @@ fn files_modules_use_only_what_the_table_allows() {
         &[
             ("untrusted", &[]),
             ("elf", &["untrusted"]),
+            ("elf_layout", &["untrusted"]),
             ("dirs", &["untrusted"]),
             ("new_file", &["untrusted", "elf", "dirs"]),
         ],

@@ -57,6 +57,7 @@ fn history_json(h: &pb::HistoryStatus) -> Value {
         "oldest_unix_ns": h.oldest_unix_ns, "newest_unix_ns": h.newest_unix_ns,
         "raw_bytes": h.raw_bytes, "stored_bytes": h.stored_bytes, "lost": h.lost,
         "tracking_dropped": h.tracking_dropped,
+        "stacks_unwound": h.stacks_unwound, "stacks_kept": h.stacks_kept,
         "failure": (!h.failure.is_empty()).then_some(&h.failure),
     })
 }
@@ -271,6 +272,12 @@ fn history_line(h: &pb::HistoryStatus) -> String {
         line.push_str(&format!(
             ", {} samples lost streaming, {} tracking records dropped",
             h.lost, h.tracking_dropped
+        ));
+    }
+    if h.stacks_unwound > 0 || h.stacks_kept > 0 {
+        line.push_str(&format!(
+            ", {} stack copies unwound ({} kept as copies)",
+            h.stacks_unwound, h.stacks_kept
         ));
     }
     if !h.failure.is_empty() {
@@ -534,9 +541,15 @@ mod tests {
             raw_bytes: 40,
             stored_bytes: 10,
             failure: "disk full".into(),
+            stacks_unwound: 7,
+            stacks_kept: 1,
             ..Default::default()
         };
         let line = history_line(&h);
+        assert!(
+            line.contains("7 stack copies unwound (1 kept as copies)"),
+            "{line}"
+        );
         assert!(line.contains("3 segments"), "{line}");
         assert!(line.contains("up to 10.0 min back"), "{line}");
         assert!(line.contains("4.0x compressed"), "{line}");

@@ -317,6 +317,8 @@ pub fn status_reply(s: StatusReport) -> pb::StatusReply {
             lost: h.status.lost_per_cpu.values().sum(),
             tracking_dropped: h.status.tracking_dropped,
             failure: h.status.failure.unwrap_or_default(),
+            stacks_unwound: h.status.stacks_unwound,
+            stacks_kept: h.status.stacks_kept,
         }),
     }
 }

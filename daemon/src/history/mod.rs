@@ -9,6 +9,8 @@
 //! appended to segment files (`segment`,
 //! the format), each starting with the events it uses and a checkpoint of
 //! every process, and drops whole segments by age and bytes (`retention`).
+//! Stack copies of `callchain = "dwarf"` events are unwound by the
+//! writer into call chains before they are written (`unwind`).
 //! A dump whose window starts before what the rings hold is cut from the
 //! segments instead ([`cut::write_cut`], reading them a frame at a time
 //! with `read`), through the same encoder the rings' dumps use.
@@ -22,6 +24,7 @@ pub mod read;
 pub mod retention;
 pub mod segment;
 mod status;
+mod unwind;
 mod writer;
 
 pub use handle::{History, HistorySources, boot_id};

@@ -50,6 +50,10 @@ pub struct HistoryStatus {
     pub lost_per_cpu: BTreeMap<u32, u64>,
     /// Tracking records that never reached the history.
     pub tracking_dropped: u64,
+    /// Stack copies unwound into call chains, and written as they were
+    /// (`history::unwind`).
+    pub stacks_unwound: u64,
+    pub stacks_kept: u64,
     /// Bytes of records streamed, and of what they took on disk.
     pub raw_bytes: u64,
     pub stored_bytes: u64,

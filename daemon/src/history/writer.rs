@@ -28,6 +28,7 @@ use super::retention::{SegmentInfo, segments_to_drop};
 use super::segment::{
     FILE_MAGIC, FrameEncoder, FrameKind, SegmentEvent, SegmentEvents, encode_frame,
 };
+use super::unwind::{StackUnwinder, UnwindCounts};
 use crate::abi::layout::RecordLayouts;
 use crate::recorder::{Recorder, layouts_of};
 use crate::snapshot::perfdata::tracking_event;
@@ -64,6 +65,8 @@ pub(super) struct Writer {
     ids: usize,
     /// Kept from frame to frame (made at the first write).
     encoder: Option<FrameEncoder>,
+    /// Made once an event takes stack copies (`callchain = "dwarf"`).
+    unwinder: Option<StackUnwinder>,
 }
 
 impl Writer {
@@ -79,6 +82,7 @@ impl Writer {
             retry_at: None,
             ids: 0,
             encoder: None,
+            unwinder: None,
         }
     }
 
@@ -171,8 +175,15 @@ impl Writer {
         }
         self.end_segment();
         self.recorder = Some(Arc::clone(recorder));
-        self.layouts = layouts_of(&recorder.events());
+        let events = recorder.events();
+        self.layouts = layouts_of(&events);
         self.ids = ids;
+        let copies = events
+            .iter()
+            .any(|e| e.attr.sample_type & crate::abi::sample::STACK_USER != 0);
+        if copies && self.unwinder.is_none() {
+            self.unwinder = Some(StackUnwinder::new());
+        }
     }
 
     /// Drains the rings once more and adds everything the drain queued to
@@ -198,16 +209,29 @@ impl Writer {
                     continue;
                 }
             }
+            // Stack copies become call chains here, off the drain.
+            let records = match &mut self.unwinder {
+                Some(u) => u.rewrite(&chunk.records, &self.layouts, &chunk.recorder),
+                None => &chunk.records,
+            };
             let lost = self
                 .pending
                 .cpus
                 .entry(chunk.cpu)
                 .or_default()
-                .add(&chunk.records, &self.layouts);
+                .add(records, &self.layouts);
             if lost > 0 {
                 lost_now.push((chunk.cpu, lost));
             }
             spent.push(chunk.records);
+        }
+        if let Some(u) = &mut self.unwinder {
+            let counts = std::mem::take(&mut u.counts);
+            if counts != UnwindCounts::default() {
+                let mut index = lock(&self.shared.index);
+                index.status.stacks_unwound += counts.unwound;
+                index.status.stacks_kept += counts.kept;
+            }
         }
         let mut queue = lock(&self.shared.drained);
         for records in spent {

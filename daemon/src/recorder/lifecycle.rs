@@ -352,6 +352,40 @@ impl Recorder {
         tracking.take_for_history()
     }
 
+    /// The executable file maps of processes `pids` as known now, with
+    /// their build-ids (the history's unwinder). A process the table no
+    /// longer has is left out. The tracking lock is held for the lookups
+    /// alone (maps are shared, not copied).
+    pub fn exec_maps_now(
+        &self,
+        pids: &[u32],
+    ) -> std::collections::HashMap<u32, Vec<crate::tracking::map_state::MapState>> {
+        let tracking = lock(&self.live.tracking);
+        let table = tracking.log().current_table();
+        let found: Vec<ProcessState> = pids.iter().filter_map(|&p| table.lookup(p)).collect();
+        let build_ids = tracking.build_ids();
+        drop(tracking);
+        let exec = crate::abi::mmap_prot::EXEC;
+        found
+            .into_iter()
+            .map(|p| {
+                let maps = p
+                    .maps
+                    .iter()
+                    .filter(|m| m.prot & exec != 0 && m.filename.starts_with('/'))
+                    .map(|m| {
+                        let mut m = m.clone();
+                        if m.build_id.is_none() {
+                            m.build_id = build_ids.for_map(&m);
+                        }
+                        m
+                    })
+                    .collect();
+                (p.pid, maps)
+            })
+            .collect()
+    }
+
     /// What a history segment starts with: every process at sample time
     /// `at_ns` (build-ids filled in), and the tracking records the history
     /// has not taken yet (all older than that state), with how many were

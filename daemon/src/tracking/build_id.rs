@@ -162,6 +162,39 @@ impl std::fmt::Debug for BuildIds {
 /// at its path, else (for a process in another mount namespace, or a file
 /// since replaced) through the process that maps it.
 pub fn read_build_id(file: &MappedFile, by: Option<MappedBy>) -> Option<BuildId> {
+    mapped_candidates(file, by)
+        .into_iter()
+        .find_map(|(at, links)| {
+            let f = open_mapped(&at, links, file)?;
+            BuildId::new(&flightrec_files::elf::build_id(&f)?)
+        })
+}
+
+/// `file` opened, found as [`read_build_id`] finds it, if it has the
+/// build-id `build_id` (what the history's unwinder reads tables from).
+/// An MMAP2 record that carries a build-id carries no device and inode
+/// (they share its bytes): the build-id is then the only check.
+pub fn open_mapped_file(
+    file: &MappedFile,
+    by: Option<MappedBy>,
+    build_id: &BuildId,
+) -> Option<std::fs::File> {
+    let unknown_inode = file.ino == 0 && file.maj == 0 && file.min == 0;
+    mapped_candidates(file, by)
+        .into_iter()
+        .find_map(|(at, links)| {
+            let f = if unknown_inode {
+                open_regular(&at, links).ok()?.0
+            } else {
+                open_mapped(&at, links, file)?
+            };
+            let id = BuildId::new(&flightrec_files::elf::build_id(&f)?)?;
+            (id == *build_id).then_some(f)
+        })
+}
+
+/// Where a mapped file may be opened: its path, then through the process.
+fn mapped_candidates(file: &MappedFile, by: Option<MappedBy>) -> Vec<(std::path::PathBuf, Links)> {
     let path = Path::new(&*file.path);
     let mut candidates = vec![(path.to_path_buf(), Links::Refuse)];
     if let Some(by) = by {
@@ -178,10 +211,7 @@ pub fn read_build_id(file: &MappedFile, by: Option<MappedBy>) -> Option<BuildId>
             Links::Refuse,
         ));
     }
-    candidates.into_iter().find_map(|(at, links)| {
-        let f = open_mapped(&at, links, file)?;
-        BuildId::new(&flightrec_files::elf::build_id(&f)?)
-    })
+    candidates
 }
 
 /// `at`, opened if it is the regular file on the device and inode `file`

@@ -168,6 +168,11 @@ pub mod sample {
         (b::PERF_SAMPLE_DATA_PAGE_SIZE | b::PERF_SAMPLE_CODE_PAGE_SIZE | b::PERF_SAMPLE_AUX) as u64;
 }
 
+/// Markers in a sample's call chain: the entries after one are kernel
+/// (`PERF_CONTEXT_KERNEL`) or user (`PERF_CONTEXT_USER`) addresses.
+pub const PERF_CONTEXT_KERNEL: u64 = -128i64 as u64;
+pub const PERF_CONTEXT_USER: u64 = -512i64 as u64;
+
 /// The user registers a `--call-graph dwarf` sample carries, as perf asks
 /// for them (`PERF_REGS_MASK`): on x86_64 all general registers but the
 /// segment registers DS, ES, FS and GS; on arm64 x0-x30, sp and pc.

@@ -23,7 +23,7 @@
 
 pub mod debug_files;
 pub mod debuginfod;
-pub(crate) mod elf_layout;
+pub(crate) use flightrec_files::elf_layout;
 pub mod jit;
 
 use std::collections::{BTreeMap, HashMap};

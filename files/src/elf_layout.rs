@@ -10,7 +10,7 @@
 
 use std::fs::File;
 
-use flightrec_files::untrusted::read_at_most;
+use crate::untrusted::read_at_most;
 use object::Endianness;
 use object::elf::{FileHeader32, FileHeader64, PT_LOAD, SHT_NOBITS};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};

@@ -1,0 +1,408 @@
+//! Stack copies turned into call chains before they reach the history.
+//!
+//! A `callchain = "dwarf"` sample carries the user registers and a copy of
+//! the user stack (8 KiB by default): kept as it is, a minute of history
+//! holds ~50 times what frame-pointer chains take. So the writer unwinds
+//! each copy as it takes the drained records, while the process still
+//! runs and its files are at hand, and writes the sample back with the
+//! user frames appended to its (kernel) call chain after
+//! `PERF_CONTEXT_USER`, the registers' ABI 0 and an empty stack: the
+//! record's layout is its event's, and a window cut from the history is an
+//! ordinary call-chain snapshot to `perf report` and `snapctl report`.
+//! The memory rings' dumps keep the copies.
+//!
+//! Maps come from the tracking table of the moment (`exec_maps_now`), the
+//! files through [`open_mapped_file`] (the path or the process's own link
+//! to it, build-id checked), each read on a thread of its own given up
+//! after [`READ_DEADLINE`], at most [`MAX_STUCK_READS`] hanging at once,
+//! with the tables kept under [`LIMITS`]. A sample whose process the table
+//! no longer has keeps its copy (the report unwinds it later).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use flightrec_unwind::{Limits, MapView, TableSource, UnwindTables, Unwinding};
+
+use crate::abi::layout::{RecordLayouts, SampleFields};
+use crate::abi::{PERF_CONTEXT_USER, USER_REGS_MASK, record_type};
+use crate::recorder::Recorder;
+use crate::tracking::build_id::{MappedBy, MappedFile, READ_DEADLINE, open_mapped_file};
+use crate::tracking::map_state::MapState;
+
+/// What the daemon's unwinder may read and keep: it lives as long as the
+/// history does, so its tables are bounded in sum.
+const LIMITS: Limits = Limits {
+    max_section_bytes: 64 << 20,
+    max_text_bytes: 16 << 20,
+    max_cached_bytes: 192 << 20,
+    max_modules: u64::MAX,
+};
+
+/// Reads of a file that may hang (a FUSE file) at once; past this, files
+/// are not read until one returns.
+const MAX_STUCK_READS: usize = 4;
+
+/// Processes with an unwinder at most (each is a few KiB of modules).
+const MAX_PROCESSES: usize = 4096;
+
+/// Counts of what became of the stack copies.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UnwindCounts {
+    /// Samples written with their user frames in the chain.
+    pub unwound: u64,
+    /// Samples written with their copy (process not known any more).
+    pub kept: u64,
+}
+
+/// The files of processes, through `/proc` (see the module docs).
+#[derive(Default)]
+struct ProcFiles {
+    /// The maps of the process whose unwinder is being made.
+    maps: Vec<MapState>,
+    reading: Arc<AtomicUsize>,
+}
+
+impl TableSource for ProcFiles {
+    fn tables(&mut self, pid: i32, map: &MapView<'_>, limits: &Limits) -> Option<UnwindTables> {
+        let state = self.maps.get(map.tag)?;
+        let build_id = state.build_id?;
+        if self.reading.load(Ordering::Relaxed) >= MAX_STUCK_READS {
+            return None;
+        }
+        let file = MappedFile::of(state);
+        let by = MappedBy {
+            pid: u32::try_from(pid).ok()?,
+            start: state.start,
+            end: state.start.saturating_add(state.len),
+        };
+        let limits = *limits;
+        let reading = Arc::clone(&self.reading);
+        let (tx, rx) = mpsc::channel();
+        reading.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("history-unwind".into())
+            .spawn(move || {
+                let tables = open_mapped_file(&file, Some(by), &build_id)
+                    .and_then(|f| UnwindTables::read(&f, &limits));
+                reading.fetch_sub(1, Ordering::Relaxed);
+                let _ = tx.send(tables);
+            });
+        if spawned.is_err() {
+            self.reading.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        rx.recv_timeout(READ_DEADLINE).ok().flatten()
+    }
+}
+
+/// The history's unwinder: one per history, kept across rounds.
+pub(super) struct StackUnwinder {
+    unwinding: Unwinding<ProcFiles>,
+    /// What each process's unwinder was made from, to make it again when
+    /// its maps change.
+    made_from: HashMap<u32, u64>,
+    scratch: Vec<u8>,
+    pub(super) counts: UnwindCounts,
+}
+
+impl StackUnwinder {
+    pub(super) fn new() -> Self {
+        StackUnwinder {
+            unwinding: Unwinding::new(ProcFiles::default(), LIMITS),
+            made_from: HashMap::new(),
+            scratch: Vec::new(),
+            counts: UnwindCounts::default(),
+        }
+    }
+
+    /// `records` with every stack copy the unwinder could unwind replaced
+    /// by user frames in the chain (a borrow of `records` when none is).
+    pub(super) fn rewrite<'a>(
+        &'a mut self,
+        records: &'a [u8],
+        layouts: &RecordLayouts,
+        recorder: &Recorder,
+    ) -> &'a [u8] {
+        let mut copies: Vec<(usize, u32, SampleFields)> = Vec::new();
+        let mut walk = crate::ring::records(records);
+        loop {
+            let at = walk.offset();
+            let Some(Ok((_, record))) = walk.next() else {
+                break;
+            };
+            if let Some(copy) = stack_copy(record, layouts) {
+                copies.push((at, copy.0, copy.1));
+            }
+        }
+        if copies.is_empty() {
+            return records;
+        }
+        let mut pids: Vec<u32> = copies.iter().map(|c| c.1).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let maps = recorder.exec_maps_now(&pids);
+        for (pid, maps) in &maps {
+            let print = fingerprint(maps);
+            if self.made_from.insert(*pid, print) != Some(print) {
+                self.unwinding.forget(*pid as i32);
+            }
+        }
+        self.scratch.clear();
+        let mut copied = 0;
+        for (at, pid, fields) in copies {
+            let record = record_at(records, at);
+            let Some(maps) = maps.get(&pid) else {
+                self.counts.kept += 1;
+                continue;
+            };
+            let frames = self.unwind(pid, maps, record, &fields);
+            let Some(frames) = frames.filter(|f| !f.is_empty()) else {
+                self.counts.kept += 1;
+                continue;
+            };
+            self.scratch.extend_from_slice(&records[copied..at]);
+            with_user_frames(record, &fields, &frames, &mut self.scratch);
+            copied = at + record.len();
+            self.counts.unwound += 1;
+        }
+        self.scratch.extend_from_slice(&records[copied..]);
+        if self.made_from.len() > MAX_PROCESSES {
+            // Mostly processes gone: every unwinder is made again.
+            self.made_from.clear();
+            self.unwinding.forget_all();
+        }
+        &self.scratch
+    }
+
+    fn unwind(
+        &mut self,
+        pid: u32,
+        maps: &[MapState],
+        record: &[u8],
+        fields: &SampleFields,
+    ) -> Option<Vec<u64>> {
+        let (regs_at, n) = fields.user_regs?;
+        let (stack_at, len) = fields.user_stack?;
+        let reg = |r: u64| {
+            if r >= 64 || USER_REGS_MASK & (1 << r) == 0 {
+                return None;
+            }
+            let index = (USER_REGS_MASK & ((1u64 << r) - 1)).count_ones() as usize;
+            (index < n).then(|| get_u64(record, regs_at + 8 * index))
+        };
+        let stack = record.get(stack_at..stack_at + len)?;
+        let dyn_size = get_u64(record, stack_at + len);
+        let pid = i32::try_from(pid).ok()?;
+        if !self.unwinding.knows(pid) {
+            self.unwinding.source_mut().maps = maps.to_vec();
+        }
+        self.unwinding.unwind(pid, reg, stack, dyn_size, || {
+            maps.iter()
+                .enumerate()
+                .filter_map(|(tag, m)| {
+                    Some(MapView {
+                        start: m.start,
+                        end: m.start.saturating_add(m.len),
+                        pgoff: m.pgoff,
+                        path: &m.filename,
+                        build_id: m.build_id.as_ref()?.as_bytes(),
+                        tag,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// The pid and fields of a sample that carries user registers and a
+/// stack copy.
+fn stack_copy(record: &[u8], layouts: &RecordLayouts) -> Option<(u32, SampleFields)> {
+    let layout = layouts.layout(record)?;
+    let fields = layout.callchain_and_raw(record)?;
+    let has_copy = matches!(fields.user_stack, Some((_, len)) if len > 0)
+        && matches!(fields.user_regs, Some((_, n)) if n > 0)
+        && fields.callchain.is_some();
+    let pid = layout.sample_pid(record)?;
+    (has_copy && pid != 0).then_some((pid, fields))
+}
+
+/// What a process's unwinder depends on: its maps and their build-ids.
+fn fingerprint(maps: &[MapState]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for m in maps {
+        (m.start, m.len, m.pgoff, m.build_id).hash(&mut h);
+    }
+    h.finish()
+}
+
+fn record_at(records: &[u8], at: usize) -> &[u8] {
+    let size = u16::from_le_bytes([records[at + 6], records[at + 7]]) as usize;
+    &records[at..at + size]
+}
+
+fn get_u64(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+}
+
+/// Appends `record` (a SAMPLE whose `fields` are found) to `out` with
+/// `frames` after its call chain's entries, behind `PERF_CONTEXT_USER`,
+/// and without its user registers (ABI 0) and stack copy (size 0); every
+/// other field as it was.
+pub(super) fn with_user_frames(
+    record: &[u8],
+    fields: &SampleFields,
+    frames: &[u64],
+    out: &mut Vec<u8>,
+) {
+    let (Some((chain_at, nr)), Some((regs_at, _)), Some((stack_at, len))) =
+        (fields.callchain, fields.user_regs, fields.user_stack)
+    else {
+        out.extend_from_slice(record);
+        return;
+    };
+    let start = out.len();
+    let chain_end = chain_at + 8 + 8 * nr;
+    let stack_end = if len == 0 {
+        stack_at
+    } else {
+        stack_at + len + 8
+    };
+    out.extend_from_slice(&record[..chain_at]);
+    let entries = nr + 1 + frames.len();
+    out.extend_from_slice(&(entries as u64).to_le_bytes());
+    out.extend_from_slice(&record[chain_at + 8..chain_end]);
+    out.extend_from_slice(&PERF_CONTEXT_USER.to_le_bytes());
+    for f in frames {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+    // RAW (if any) sits between the chain and the registers' ABI word.
+    out.extend_from_slice(&record[chain_end..regs_at - 8]);
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&record[stack_end..]);
+    let size = out.len() - start;
+    match u16::try_from(size) {
+        Ok(size) => out[start + 6..start + 8].copy_from_slice(&size.to_le_bytes()),
+        Err(_) => {
+            // A chain too long for a record: the sample stays as it was.
+            out.truncate(start);
+            out.extend_from_slice(record);
+        }
+    }
+    debug_assert_eq!(
+        u16::from_le_bytes([record[0], record[1]]),
+        record_type::SAMPLE as u16
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::abi::sample;
+
+    const DWARF: u64 = sample::IDENTIFIER
+        | sample::IP
+        | sample::TID
+        | sample::TIME
+        | sample::CPU
+        | sample::PERIOD
+        | sample::CALLCHAIN
+        | sample::REGS_USER
+        | sample::STACK_USER
+        | sample::CGROUP;
+
+    /// A dwarf sample: kernel chain of `kernel` entries, three registers,
+    /// a 16-byte stack copy of which 8 bytes hold stack, cgroup 77.
+    fn sample(kernel: &[u64]) -> Vec<u8> {
+        let mut words: Vec<u64> = vec![
+            5,        // identifier
+            0x401000, // ip
+            (42 << 32) | 42,
+            1_000,  // time
+            1,      // cpu
+            10_000, // period
+            kernel.len() as u64,
+        ];
+        words.extend_from_slice(kernel);
+        words.extend_from_slice(&[2, 0xa, 0xb, 0xc]); // ABI 64, regs
+        words.extend_from_slice(&[16, 0x1111, 0x2222, 8]); // size, stack, dyn_size
+        words.push(77); // cgroup
+        let mut r = Vec::new();
+        r.extend_from_slice(&record_type::SAMPLE.to_le_bytes());
+        r.extend_from_slice(&0u16.to_le_bytes());
+        r.extend_from_slice(&((8 + 8 * words.len()) as u16).to_le_bytes());
+        for w in words {
+            r.extend_from_slice(&w.to_le_bytes());
+        }
+        r
+    }
+
+    #[test]
+    fn frames_follow_the_kernel_chain_and_the_copy_goes() {
+        let mut layouts = RecordLayouts::default();
+        layouts.insert_with_user_regs(5, DWARF, 0b111);
+        let kernel = [crate::abi::PERF_CONTEXT_KERNEL, 0xffff_ffff_8100_0000];
+        let record = sample(&kernel);
+        let layout = layouts.layout(&record).unwrap();
+        let fields = layout.callchain_and_raw(&record).unwrap();
+        let mut out = vec![0xee]; // what came before stays
+        with_user_frames(&record, &fields, &[0x401000, 0x401234, 0x401500], &mut out);
+        assert_eq!(out[0], 0xee);
+        let new = &out[1..];
+        let size = u16::from_le_bytes([new[6], new[7]]) as usize;
+        assert_eq!(size, new.len());
+        assert_eq!(size % 8, 0);
+        let got = layouts.layout(new).unwrap().callchain_and_raw(new).unwrap();
+        let (chain_at, nr) = got.callchain.unwrap();
+        let chain: Vec<u64> = (0..nr)
+            .map(|i| get_u64(new, chain_at + 8 + 8 * i))
+            .collect();
+        assert_eq!(
+            chain,
+            vec![
+                kernel[0],
+                kernel[1],
+                PERF_CONTEXT_USER,
+                0x401000,
+                0x401234,
+                0x401500
+            ]
+        );
+        assert_eq!(got.user_regs.map(|r| r.1), Some(0));
+        assert_eq!(got.user_stack.map(|s| s.1), Some(0));
+        // The fields before the chain and the cgroup after the copy.
+        assert_eq!(new[8..8 + 48], record[8..8 + 48]);
+        assert_eq!(layouts.sample_cgroup(new), Some(77));
+        assert_eq!(layouts.sample_pid(new), Some(42));
+    }
+
+    #[test]
+    fn a_sample_in_user_mode_gets_a_chain_of_its_own() {
+        let mut layouts = RecordLayouts::default();
+        layouts.insert_with_user_regs(5, DWARF, 0b111);
+        let record = sample(&[]);
+        let fields = layouts
+            .layout(&record)
+            .unwrap()
+            .callchain_and_raw(&record)
+            .unwrap();
+        let mut out = Vec::new();
+        with_user_frames(&record, &fields, &[0x401000], &mut out);
+        let got = layouts
+            .layout(&out)
+            .unwrap()
+            .callchain_and_raw(&out)
+            .unwrap();
+        let (chain_at, nr) = got.callchain.unwrap();
+        assert_eq!(nr, 2);
+        assert_eq!(get_u64(&out, chain_at + 8), PERF_CONTEXT_USER);
+        assert_eq!(get_u64(&out, chain_at + 16), 0x401000);
+        assert!(out.len() < record.len());
+    }
+}
