@@ -23,8 +23,10 @@ pub struct Args {
     /// cgroups (cgroup ids on and off, a dump scoped to one cgroup, memory
     /// for 1,000 cgroups), write (SIGUSR2 → complete file with the load in
     /// a cgroup of its own and in the recorder's, about 12 minutes a run)
-    /// and history-dump (a dump of a whole history of `--history-mib`),
-    /// only when named).
+    /// history-dump (a dump of a whole history of `--history-mib`) and
+    /// history-dwarf (the history's disk and CPU with `callchain =
+    /// "dwarf"` against frame pointers, and perf's with `--call-graph
+    /// dwarf`), only when named).
     #[arg(
         long,
         value_delimiter = ',',

@@ -115,6 +115,9 @@ fn main() -> Result<()> {
             sections.push(scenarios::snapshot(&args, 4 * MIB, events)?);
         }
     }
+    if args.wants("history-dwarf") {
+        sections.push(scenarios::history_dwarf(&args)?);
+    }
     if args.wants("history-dump") {
         sections.push(scenarios::history_dump(&args)?);
     }

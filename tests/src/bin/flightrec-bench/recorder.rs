@@ -24,6 +24,10 @@ pub enum EventSet {
     /// PERF_RECORD_SWITCH_CPU_WIDE record for every context switch (what
     /// samply and hotspot compute off-CPU time from).
     SwitchRecords,
+    /// `sched:sched_switch` + `cpu-clock` at 999 Hz with the user stack
+    /// copied (8 KiB, perf's default) for unwinding by DWARF tables:
+    /// `callchain = "dwarf"`, `--call-graph dwarf`.
+    SwitchAndClockDwarf,
 }
 
 impl EventSet {
@@ -33,6 +37,7 @@ impl EventSet {
             EventSet::SwitchOnly => "sched_switch",
             EventSet::OffCpu => "sched_switch -g+cpu-clock/999Hz -g",
             EventSet::SwitchRecords => "sched_switch+cpu-clock/999Hz -g+switch records",
+            EventSet::SwitchAndClockDwarf => "sched_switch+cpu-clock/999Hz --call-graph dwarf",
         }
     }
 
@@ -58,6 +63,12 @@ impl EventSet {
                 "-e",
                 "cpu-clock/freq=999,call-graph=fp/",
             ],
+            EventSet::SwitchAndClockDwarf => vec![
+                "-e",
+                "sched:sched_switch",
+                "-e",
+                "cpu-clock/freq=999,call-graph=dwarf/",
+            ],
         }
     }
 
@@ -72,6 +83,9 @@ impl EventSet {
             }
             EventSet::SwitchRecords => {
                 "[[event]]\nname = \"sched:sched_switch\"\ncontext_switch = true\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = true\n"
+            }
+            EventSet::SwitchAndClockDwarf => {
+                "[[event]]\nname = \"sched:sched_switch\"\n\n[[event]]\nname = \"cpu-clock\"\nfrequency = 999\ncallchain = \"dwarf\"\n"
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::stats::{Summary, ratio};
 use crate::workload::{BackgroundLoad, Workload};
 
 /// The disk budget of both tools in the overhead phase.
-const BUDGET: u64 = 256 * MIB;
+pub(super) const BUDGET: u64 = 256 * MIB;
 
 /// Samples perf's files say were lost (the counts of their LOST records,
 /// as flightrec's history counts its own).
@@ -37,18 +37,18 @@ fn perf_lost(files: &[std::path::PathBuf]) -> Result<u64> {
     Ok(lost)
 }
 
-struct Phase {
-    wall: f64,
-    cpu_per_cpu: f64,
-    lost_per_min: f64,
-    bytes_per_min: f64,
+pub(super) struct Phase {
+    pub(super) wall: f64,
+    pub(super) cpu_per_cpu: f64,
+    pub(super) lost_per_min: f64,
+    pub(super) bytes_per_min: f64,
     /// Records streamed per recorded CPU, MiB/s before compression
     /// (flightrec's count; 0 for perf).
     raw_mib_per_sec_per_cpu: f64,
 }
 
 /// The workload under one recorder writing its disk ring.
-fn under(kind: Kind, args: &Args, workload: Workload, setup: Setup) -> Result<Phase> {
+pub(super) fn under(kind: Kind, args: &Args, workload: Workload, setup: Setup) -> Result<Phase> {
     let recorder = Recorder::start(kind, setup)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpu0 = procfs::cpu_seconds(recorder.pid())?;
@@ -112,7 +112,7 @@ fn history_counters(recorder: &Recorder) -> Result<Counters> {
 }
 
 /// The disk-ring setup of both tools, `cpu-clock` at `clock_hz`.
-fn streaming(clock_hz: Option<u32>, budget: u64) -> Setup {
+pub(super) fn streaming(clock_hz: Option<u32>, budget: u64) -> Setup {
     Setup {
         disk_ring: Some(budget),
         clock_hz,
