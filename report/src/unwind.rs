@@ -51,7 +51,7 @@ impl Unwinding {
 
     /// Process `pid` mapped something: its unwinder is made again.
     pub fn forget(&mut self, pid: i32) {
-        self.0.forget(pid);
+        self.0.forget(pid as u64);
     }
 
     /// The user frames of a sample of `pid` (leaf first), from its
@@ -66,7 +66,7 @@ impl Unwinding {
         maps: &[LiveMapView],
         all_maps: &[MapInfo],
     ) -> Option<Vec<u64>> {
-        self.0.unwind(pid, reg, stack, dyn_size, || {
+        self.0.unwind(pid as u64, pid, reg, stack, dyn_size, || {
             maps.iter()
                 .filter_map(|view| {
                     let info = all_maps.get(view.map)?;

@@ -11,8 +11,11 @@
 //! rather than stack copies). Each says how a file is found
 //! ([`TableSource`]) and how much may be kept ([`Limits`]).
 //!
-//! One unwinder per process, made from its maps when first needed and
-//! again after [`Unwinding::forget`]; each file's tables are read once.
+//! One unwinder per address space, made from its maps when first needed
+//! and again after [`Unwinding::forget`]; each file's tables are read
+//! once. The caller names the address space: the report by pid, the
+//! daemon by what the maps are (the processes of one forked program
+//! share an unwinder, and with it framehop's cache of rules).
 
 #![forbid(unsafe_code)]
 
@@ -151,8 +154,8 @@ pub struct Unwinding<S> {
     /// found or is not ELF.
     tables: HashMap<(String, Vec<u8>), Option<Arc<UnwindTables>>>,
     cached_bytes: usize,
-    /// By pid, made from its maps when first needed.
-    processes: HashMap<i32, UnwinderX86_64<Bytes>>,
+    /// By address space, made from its maps when first needed.
+    processes: HashMap<u64, UnwinderX86_64<Bytes>>,
     cache: CacheX86_64,
     modules_made: u64,
 }
@@ -170,16 +173,21 @@ impl<S: TableSource> Unwinding<S> {
         }
     }
 
-    /// Process `pid` mapped something: its unwinder is made again.
-    pub fn forget(&mut self, pid: i32) {
+    /// Address space `space` mapped something: its unwinder is made again.
+    pub fn forget(&mut self, space: u64) {
         if self.modules_made < self.limits.max_modules {
-            self.processes.remove(&pid);
+            self.processes.remove(&space);
         }
     }
 
-    /// Whether `pid` has an unwinder now.
-    pub fn knows(&self, pid: i32) -> bool {
-        self.processes.contains_key(&pid)
+    /// Whether `space` has an unwinder now.
+    pub fn knows(&self, space: u64) -> bool {
+        self.processes.contains_key(&space)
+    }
+
+    /// Address spaces with an unwinder now.
+    pub fn spaces(&self) -> usize {
+        self.processes.len()
     }
 
     /// Drops every process's unwinder (not the files' tables).
@@ -197,13 +205,14 @@ impl<S: TableSource> Unwinding<S> {
         self.cached_bytes
     }
 
-    /// The user frames of a sample of `pid` (leaf first: the sampled
-    /// address, then return addresses), from its registers (`reg` gives
-    /// one by number) and the first `dyn_size` bytes of `stack`, copied at
-    /// the stack pointer. `maps` gives the process's maps of the moment,
-    /// asked only when the process has no unwinder yet.
+    /// The user frames of a sample of `pid` in address space `space`
+    /// (leaf first: the sampled address, then return addresses), from its
+    /// registers (`reg` gives one by number) and the first `dyn_size`
+    /// bytes of `stack`, copied at the stack pointer. `maps` gives the
+    /// space's maps of the moment, asked only when it has no unwinder yet.
     pub fn unwind<'m>(
         &mut self,
+        space: u64,
         pid: i32,
         reg: impl Fn(u64) -> Option<u64>,
         stack: &[u8],
@@ -218,11 +227,11 @@ impl<S: TableSource> Unwinding<S> {
             .unwrap_or(usize::MAX)
             .min(stack.len());
         let stack = &stack[..valid];
-        if !self.processes.contains_key(&pid) {
+        if !self.processes.contains_key(&space) {
             let unwinder = self.unwinder_for(pid, &maps());
-            self.processes.insert(pid, unwinder);
+            self.processes.insert(space, unwinder);
         }
-        let unwinder = self.processes.get(&pid)?;
+        let unwinder = self.processes.get(&space)?;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let at = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;

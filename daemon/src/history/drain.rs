@@ -41,9 +41,11 @@ pub(super) const WAKE_WRITER_AT: usize = 1 << 20;
 const QUEUE_RINGS: usize = 2;
 const MIN_QUEUE_BYTES: usize = 16 << 20;
 /// Spare buffers kept for the next drains, at most this many bytes of
-/// them: enough for the next drain of a busy machine, no more memory kept
-/// for a burst that is over.
-const SPARE_BYTES: usize = 4 << 20;
+/// them: enough for the next drains of a busy machine (a CPU's drain of
+/// stack copies is a few MiB: buffers made anew each time are fresh pages
+/// faulted in and unmapped again), no more memory kept for a burst that
+/// is over.
+const SPARE_BYTES: usize = 16 << 20;
 
 /// The records of one CPU's history ring drained at once, oldest first,
 /// with the recorder they came from and its event ids at the time: a
@@ -337,19 +339,21 @@ mod tests {
             vec![(0, 1), (1, 2)]
         );
         // Buffers come back empty and are used again, while the spares
-        // hold less than SPARE_BYTES: the 8 MiB ones are dropped.
+        // hold no more than SPARE_BYTES: two 8 MiB ones, and no third.
         for c in taken {
             q.recycle(c.records);
         }
-        assert!(q.spare.is_empty());
+        q.recycle(Vec::with_capacity(8 << 20));
+        assert_eq!(q.spare.len(), 2);
+        q.spare.clear();
         q.recycle(Vec::with_capacity(1 << 20));
         q.push(&r, 2, 3, &[3; 4]);
         let again = q.take();
         assert_eq!(again[0].records, vec![3; 4]);
         assert!(again[0].records.capacity() >= 1 << 20);
-        for _ in 0..8 {
+        for _ in 0..20 {
             q.recycle(Vec::with_capacity(1 << 20));
         }
-        assert_eq!(q.spare.len(), 4);
+        assert_eq!(q.spare.len(), 16);
     }
 }

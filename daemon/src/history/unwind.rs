@@ -34,9 +34,9 @@ use crate::tracking::map_state::MapState;
 /// What the daemon's unwinder may read and keep: it lives as long as the
 /// history does, so its tables are bounded in sum.
 const LIMITS: Limits = Limits {
-    max_section_bytes: 64 << 20,
-    max_text_bytes: 16 << 20,
-    max_cached_bytes: 192 << 20,
+    max_section_bytes: 32 << 20,
+    max_text_bytes: 8 << 20,
+    max_cached_bytes: 128 << 20,
     max_modules: u64::MAX,
 };
 
@@ -44,8 +44,9 @@ const LIMITS: Limits = Limits {
 /// are not read until one returns.
 const MAX_STUCK_READS: usize = 4;
 
-/// Processes with an unwinder at most (each is a few KiB of modules).
-const MAX_PROCESSES: usize = 4096;
+/// Address spaces with an unwinder at most (each is a few KiB of
+/// modules); past this, all are made again as needed.
+const MAX_SPACES: usize = 4096;
 
 /// Counts of what became of the stack copies.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -97,12 +98,19 @@ impl TableSource for ProcFiles {
     }
 }
 
+/// A process's executable maps this round, and what they are (the key of
+/// the unwinder it shares with every process mapped the same way: the
+/// forked workers of one program).
+struct ProcessMaps {
+    space: u64,
+    maps: Vec<MapState>,
+}
+
 /// The history's unwinder: one per history, kept across rounds.
 pub(super) struct StackUnwinder {
     unwinding: Unwinding<ProcFiles>,
-    /// What each process's unwinder was made from, to make it again when
-    /// its maps change.
-    made_from: HashMap<u32, u64>,
+    /// Maps asked for this round, by pid (`None`: not known any more).
+    this_round: HashMap<u32, Option<ProcessMaps>>,
     scratch: Vec<u8>,
     pub(super) counts: UnwindCounts,
 }
@@ -111,10 +119,16 @@ impl StackUnwinder {
     pub(super) fn new() -> Self {
         StackUnwinder {
             unwinding: Unwinding::new(ProcFiles::default(), LIMITS),
-            made_from: HashMap::new(),
+            this_round: HashMap::new(),
             scratch: Vec::new(),
             counts: UnwindCounts::default(),
         }
+    }
+
+    /// A new round: maps are asked for again (a process may have mapped
+    /// or exec'd since).
+    pub(super) fn begin_round(&mut self) {
+        self.this_round.clear();
     }
 
     /// `records` with every stack copy the unwinder could unwind replaced
@@ -139,21 +153,32 @@ impl StackUnwinder {
         if copies.is_empty() {
             return records;
         }
-        let mut pids: Vec<u32> = copies.iter().map(|c| c.1).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        let maps = recorder.exec_maps_now(&pids);
-        for (pid, maps) in &maps {
-            let print = fingerprint(maps);
-            if self.made_from.insert(*pid, print) != Some(print) {
-                self.unwinding.forget(*pid as i32);
+        let mut missing: Vec<u32> = copies
+            .iter()
+            .map(|c| c.1)
+            .filter(|pid| !self.this_round.contains_key(pid))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let mut found = recorder.exec_maps_now(&missing);
+            for pid in missing {
+                let maps = found.remove(&pid).map(|maps| ProcessMaps {
+                    space: fingerprint(&maps),
+                    maps,
+                });
+                self.this_round.insert(pid, maps);
             }
         }
+        if self.unwinding.spaces() > MAX_SPACES {
+            self.unwinding.forget_all();
+        }
+        let this_round = std::mem::take(&mut self.this_round);
         self.scratch.clear();
         let mut copied = 0;
         for (at, pid, fields) in copies {
             let record = record_at(records, at);
-            let Some(maps) = maps.get(&pid) else {
+            let Some(Some(maps)) = this_round.get(&pid) else {
                 self.counts.kept += 1;
                 continue;
             };
@@ -168,21 +193,18 @@ impl StackUnwinder {
             self.counts.unwound += 1;
         }
         self.scratch.extend_from_slice(&records[copied..]);
-        if self.made_from.len() > MAX_PROCESSES {
-            // Mostly processes gone: every unwinder is made again.
-            self.made_from.clear();
-            self.unwinding.forget_all();
-        }
+        self.this_round = this_round;
         &self.scratch
     }
 
     fn unwind(
         &mut self,
         pid: u32,
-        maps: &[MapState],
+        process: &ProcessMaps,
         record: &[u8],
         fields: &SampleFields,
     ) -> Option<Vec<u64>> {
+        let maps = &process.maps;
         let (regs_at, n) = fields.user_regs?;
         let (stack_at, len) = fields.user_stack?;
         let reg = |r: u64| {
@@ -195,24 +217,25 @@ impl StackUnwinder {
         let stack = record.get(stack_at..stack_at + len)?;
         let dyn_size = get_u64(record, stack_at + len);
         let pid = i32::try_from(pid).ok()?;
-        if !self.unwinding.knows(pid) {
+        if !self.unwinding.knows(process.space) {
             self.unwinding.source_mut().maps = maps.to_vec();
         }
-        self.unwinding.unwind(pid, reg, stack, dyn_size, || {
-            maps.iter()
-                .enumerate()
-                .filter_map(|(tag, m)| {
-                    Some(MapView {
-                        start: m.start,
-                        end: m.start.saturating_add(m.len),
-                        pgoff: m.pgoff,
-                        path: &m.filename,
-                        build_id: m.build_id.as_ref()?.as_bytes(),
-                        tag,
+        self.unwinding
+            .unwind(process.space, pid, reg, stack, dyn_size, || {
+                maps.iter()
+                    .enumerate()
+                    .filter_map(|(tag, m)| {
+                        Some(MapView {
+                            start: m.start,
+                            end: m.start.saturating_add(m.len),
+                            pgoff: m.pgoff,
+                            path: &m.filename,
+                            build_id: m.build_id.as_ref()?.as_bytes(),
+                            tag,
+                        })
                     })
-                })
-                .collect()
-        })
+                    .collect()
+            })
     }
 }
 

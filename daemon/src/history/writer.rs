@@ -196,6 +196,9 @@ impl Writer {
         };
         let mut lost_now: Vec<(u32, u64)> = Vec::new();
         let mut spent = Vec::with_capacity(chunks.len());
+        if let Some(u) = &mut self.unwinder {
+            u.begin_round();
+        }
         for chunk in chunks {
             match fate(self.recorder.as_ref(), self.ids, recorder, &chunk) {
                 Fate::Add => {}
