@@ -126,8 +126,15 @@ fn main() -> Result<()> {
     }
     if args.wants("report") {
         for ring in [4 * MIB, 32 * MIB] {
-            sections.push(scenarios::report(&args, ring)?);
+            sections.push(scenarios::report(&args, ring, EventSet::OffCpu)?);
         }
+    }
+    if args.wants("report-dwarf") {
+        sections.push(scenarios::report(
+            &args,
+            32 * MIB,
+            EventSet::SwitchAndClockDwarf,
+        )?);
     }
     let report = report::render(&args, &sections);
     println!("{report}");

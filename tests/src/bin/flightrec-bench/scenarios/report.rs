@@ -1,6 +1,7 @@
 //! Scenario `report`: `snapctl report` and `snapctl export` of a snapshot
 //! taken under load (sched_switch with call chains and cpu-clock, the
-//! off-CPU set), timed against `perf report --stdio` on the same file, with
+//! off-CPU set; `report-dwarf`: cpu-clock with stack copies, unwound by
+//! both), timed against `perf report --stdio` on the same file, with
 //! the outputs' sizes, and how long the page takes to draw its timeline in
 //! headless Chromium (the whole window, and panning a zoomed view). Run
 //! after the load stops: the tools run on an idle machine, one after
@@ -100,9 +101,12 @@ fn timeline_frame_ms(page: &std::path::Path, work: &std::path::Path) -> Result<(
     Ok((field("whole")?, field("pan")?))
 }
 
-pub fn report(args: &Args, ring: u64) -> Result<Section> {
+/// The scenario with `events` (`report`: the off-CPU set; `report-dwarf`:
+/// cpu-clock with 8 KiB stack copies, which both tools unwind as they
+/// read) in `ring` bytes per CPU.
+pub fn report(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
     let setup = Setup {
-        events: EventSet::OffCpu,
+        events,
         ..Setup::switch_and_clock(ring)
     };
     let mut snapshot_mib = Vec::new();
@@ -172,7 +176,7 @@ pub fn report(args: &Args, ring: u64) -> Result<Section> {
         title: format!(
             "Report and exports of a snapshot taken under load, {} per CPU, {} (perf column: perf report --stdio on the same file)",
             human_bytes(ring),
-            EventSet::OffCpu.name()
+            events.name()
         ),
         rows: vec![
             size("snapshot size", snap, ""),
