@@ -24,6 +24,7 @@ pub struct Args {
     /// for 1,000 cgroups), write (SIGUSR2 → complete file with the load in
     /// a cgroup of its own and in the recorder's, about 12 minutes a run)
     /// report-dwarf (`report` of a 32 MiB-per-CPU snapshot of stack copies),
+    /// snapshot-dwarf (`snapshot` with `--call-graph dwarf`, 4 and 32 MiB),
     /// history-dump (a dump of a whole history of `--history-mib`) and
     /// history-dwarf (the history's disk and CPU with `callchain =
     /// "dwarf"` against frame pointers, and perf's with `--call-graph

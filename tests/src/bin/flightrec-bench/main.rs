@@ -115,6 +115,15 @@ fn main() -> Result<()> {
             sections.push(scenarios::snapshot(&args, 4 * MIB, events)?);
         }
     }
+    if args.wants("snapshot-dwarf") {
+        for ring in [4 * MIB, 32 * MIB] {
+            sections.push(scenarios::snapshot(
+                &args,
+                ring,
+                EventSet::SwitchAndClockDwarf,
+            )?);
+        }
+    }
     if args.wants("history-dwarf") {
         sections.push(scenarios::history_dwarf(&args)?);
     }

@@ -50,6 +50,8 @@ pub fn snapshot_of(args: &Args, setup: Setup) -> Result<Section> {
     let samples = |c: &Content| c.samples as f64;
     let ring_share = |c: &Content| 100.0 * c.min_ring_share(ring);
     let span = |c: &Content| c.span_ns as f64 / 1e6;
+    let per_sample =
+        |c: &Content| c.sample_bytes_per_cpu.values().sum::<u64>() as f64 / c.samples.max(1) as f64;
     let resolved = |c: &Content| 100.0 * c.resolved_share();
     let row = |metric: &str, f: &dyn Fn(&Content) -> f64, unit: &str, p: usize, target| {
         let (a, b) = (stat(Kind::Flightrec, f), stat(Kind::Perf, f));
@@ -95,6 +97,7 @@ pub fn snapshot_of(args: &Args, setup: Setup) -> Result<Section> {
                 1,
                 ">= 99%",
             ),
+            row("bytes per sample", &per_sample, " B", 0, ""),
             row("time span covered", &span, " ms", 1, ""),
             row(
                 "samples whose pid resolves to a comm",
