@@ -19,6 +19,8 @@
 //! no longer has keeps its copy (the report unwinds it later).
 
 use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -111,6 +113,8 @@ pub(super) struct StackUnwinder {
     unwinding: Unwinding<ProcFiles>,
     /// Maps asked for this round, by pid (`None`: not known any more).
     this_round: HashMap<u32, Option<ProcessMaps>>,
+    /// The keys address spaces are hashed with.
+    keys: RandomState,
     scratch: Vec<u8>,
     pub(super) counts: UnwindCounts,
 }
@@ -120,6 +124,7 @@ impl StackUnwinder {
         StackUnwinder {
             unwinding: Unwinding::new(ProcFiles::default(), LIMITS),
             this_round: HashMap::new(),
+            keys: RandomState::new(),
             scratch: Vec::new(),
             counts: UnwindCounts::default(),
         }
@@ -164,7 +169,7 @@ impl StackUnwinder {
             let mut found = recorder.exec_maps_now(&missing);
             for pid in missing {
                 let maps = found.remove(&pid).map(|maps| ProcessMaps {
-                    space: fingerprint(&maps),
+                    space: fingerprint(&self.keys, &maps),
                     maps,
                 });
                 self.this_round.insert(pid, maps);
@@ -251,10 +256,11 @@ fn stack_copy(record: &[u8], layouts: &RecordLayouts) -> Option<(u32, SampleFiel
     (has_copy && pid != 0).then_some((pid, fields))
 }
 
-/// What a process's unwinder depends on: its maps and their build-ids.
-fn fingerprint(maps: &[MapState]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+/// What a process's unwinder depends on: its maps and their build-ids,
+/// hashed with keys of this daemon's own (a process cannot aim its maps
+/// at another's unwinder).
+fn fingerprint(keys: &RandomState, maps: &[MapState]) -> u64 {
+    let mut h = keys.build_hasher();
     for m in maps {
         (m.start, m.len, m.pgoff, m.build_id).hash(&mut h);
     }
