@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::Control;
 use crate::events::{Event, Loss};
-use crate::recorder::RecorderStatus;
+use crate::recorder::CpuLosses;
 
 /// Runs until aborted.
 pub async fn watch_losses(control: Arc<Control>) {
-    let mut last: Option<(usize, RecorderStatus)> = None;
+    let mut last: Option<(usize, Vec<CpuLosses>)> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
@@ -18,13 +18,13 @@ pub async fn watch_losses(control: Arc<Control>) {
         // A re-opened recorder starts its counters again.
         let id = Arc::as_ptr(&cur.recorder) as usize;
         let recorder = cur.recorder.clone();
-        let Ok(status) = tokio::task::spawn_blocking(move || recorder.status()).await else {
+        let Ok(losses) = tokio::task::spawn_blocking(move || recorder.losses()).await else {
             continue;
         };
         if let Some((prev_id, prev)) = &last
             && *prev_id == id
         {
-            for loss in loss_growth(prev, &status) {
+            for loss in loss_growth(prev, &losses) {
                 if loss.ring == "tracking" {
                     tracing::warn!(
                         cpu = loss.cpu,
@@ -43,16 +43,15 @@ pub async fn watch_losses(control: Arc<Control>) {
                 control.events.publish(Event::Loss(loss));
             }
         }
-        last = Some((id, status));
+        last = Some((id, losses));
     }
 }
 
-/// Loss counters that grew between two status readings, per CPU and ring.
-pub fn loss_growth(prev: &RecorderStatus, now: &RecorderStatus) -> Vec<Loss> {
+/// Loss counters that grew between two readings, per CPU and ring.
+pub fn loss_growth(prev: &[CpuLosses], now: &[CpuLosses]) -> Vec<Loss> {
     let mut out = Vec::new();
-    for c in &now.cpus {
+    for c in now {
         let (p_lost, p_tracking) = prev
-            .cpus
             .iter()
             .find(|p| p.cpu == c.cpu)
             .map_or((0, 0), |p| (p.lost_samples, p.lost_tracking_records));
@@ -76,21 +75,17 @@ pub fn loss_growth(prev: &RecorderStatus, now: &RecorderStatus) -> Vec<Loss> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::CpuStatus;
 
     #[test]
     fn loss_growth_reports_what_grew_per_cpu_and_ring() {
-        let status = |cpus: &[(u32, u64, u64)]| RecorderStatus {
-            cpus: cpus
-                .iter()
-                .map(|&(cpu, lost_samples, lost_tracking_records)| CpuStatus {
+        let status = |cpus: &[(u32, u64, u64)]| -> Vec<CpuLosses> {
+            cpus.iter()
+                .map(|&(cpu, lost_samples, lost_tracking_records)| CpuLosses {
                     cpu,
                     lost_samples,
                     lost_tracking_records,
-                    ..CpuStatus::default()
                 })
-                .collect(),
-            ..RecorderStatus::default()
+                .collect()
         };
         let prev = status(&[(0, 5, 0), (1, 0, 2)]);
         let now = status(&[(0, 5, 1), (1, 7, 2), (2, 3, 0)]);

@@ -31,7 +31,7 @@ use crate::tracking::state::ProcessState;
 pub use crate::host::HostInfo;
 pub use lifecycle::{CaptureError, HistoryCheckpoint, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
-pub use status::{CpuStatus, RecorderStatus};
+pub use status::{CpuLosses, CpuStatus, RecorderStatus};
 
 /// One configured event as the kernel opened it: the attr passed to
 /// `perf_event_open`, the name as the user wrote it, and the kernel id

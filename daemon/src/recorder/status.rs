@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::lifecycle::Recorder;
 use super::reach::{RingReach, reach_of};
-use super::rings::lock;
+use super::rings::{CpuRing, lock};
 use crate::host::{ClockReference, sample_clock_now};
 use crate::time::{SampleTime, WallTime};
 use crate::tracking::build_id::BuildIdStats;
@@ -41,6 +41,15 @@ pub struct CpuStatus {
     pub records_per_second: u64,
 }
 
+/// One CPU's loss counters since start: what the loss watcher compares
+/// every second (read without walking the rings, as a status does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuLosses {
+    pub cpu: u32,
+    pub lost_samples: u64,
+    pub lost_tracking_records: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecorderStatus {
     pub cpus: Vec<CpuStatus>,
@@ -70,6 +79,26 @@ pub struct CgroupStatus {
 }
 
 impl Recorder {
+    /// Every CPU's loss counters, and nothing else: cheap enough to read
+    /// every second (a status walks every ring's records, which with
+    /// rings of stack copies is a good part of the daemon's time).
+    pub fn losses(&self) -> Vec<CpuLosses> {
+        let lost_tracking = lock(&self.live.tracking).lost_per_cpu();
+        self.live
+            .rings()
+            .cpus
+            .iter()
+            .map(|r| CpuLosses {
+                cpu: r.cpu(),
+                lost_samples: lost_samples(r),
+                lost_tracking_records: lost_tracking
+                    .iter()
+                    .find(|(c, _)| *c == r.cpu())
+                    .map_or(0, |&(_, n)| n),
+            })
+            .collect()
+    }
+
     pub fn status(&self) -> RecorderStatus {
         // Before the tracking lock: a dump needs it, and the walks take a
         // while on large rings.
@@ -93,13 +122,7 @@ impl Recorder {
             .iter()
             .map(|r| {
                 let cpu = r.cpu();
-                let lost_samples = match r.lost() {
-                    Ok(n) => {
-                        r.last_lost.store(n, Ordering::Relaxed);
-                        n
-                    }
-                    Err(_) => r.last_lost.load(Ordering::Relaxed),
-                };
+                let lost_samples = lost_samples(r);
                 let find =
                     |v: &[(u32, u64)]| v.iter().find(|(c, _)| *c == cpu).map_or(0, |&(_, n)| n);
                 let reach = reaches
@@ -138,6 +161,18 @@ impl Recorder {
             },
             tracking_drain_failure: self.drain.as_ref().and_then(DrainThread::failure),
         }
+    }
+}
+
+/// Samples `ring` dropped since start (the last count read when the
+/// kernel cannot be asked now).
+fn lost_samples(ring: &CpuRing) -> u64 {
+    match ring.lost() {
+        Ok(n) => {
+            ring.last_lost.store(n, Ordering::Relaxed);
+            n
+        }
+        Err(_) => ring.last_lost.load(Ordering::Relaxed),
     }
 }
 
