@@ -33,10 +33,11 @@ use framehop::{ExplicitModuleSectionInfo, Module};
 /// `kernel.perf_event_max_stack` is 127).
 pub const MAX_USER_FRAMES: usize = 256;
 
-/// x86_64 register numbers (`enum perf_event_x86_regs`).
+/// x86_64 register numbers (`enum perf_event_x86_regs`); the IP is where
+/// a sample was taken, which callers check against the maps they hold.
 const REG_BP: u64 = 6;
 const REG_SP: u64 = 7;
-const REG_IP: u64 = 8;
+pub const REG_IP: u64 = 8;
 
 type Bytes = Arc<[u8]>;
 

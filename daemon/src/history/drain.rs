@@ -96,7 +96,6 @@ pub(super) struct DrainQueue<R = Recorder> {
     chunks: VecDeque<Drained<R>>,
     bytes: usize,
     spare: Vec<Vec<u8>>,
-    scratch: Vec<u8>,
 }
 
 impl<R> Default for DrainQueue<R> {
@@ -105,7 +104,6 @@ impl<R> Default for DrainQueue<R> {
             chunks: VecDeque::new(),
             bytes: 0,
             spare: Vec::new(),
-            scratch: Vec::new(),
         }
     }
 }
@@ -136,11 +134,20 @@ impl<R> DrainQueue<R> {
         self.bytes >= (QUEUE_RINGS * ring_bytes).max(MIN_QUEUE_BYTES)
     }
 
-    /// Queues a copy of `bytes`, drained from `cpu`'s ring of `recorder`
-    /// (a spare buffer when there is one).
-    fn push(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, bytes: &[u8]) {
-        let mut records = self.spare.pop().unwrap_or_default();
-        records.extend_from_slice(bytes);
+    /// A buffer for a ring's records: the largest spare one (a buffer
+    /// grown anew is fresh pages faulted in), or a new one.
+    fn buffer(&mut self) -> Vec<u8> {
+        let largest = (0..self.spare.len()).max_by_key(|&i| self.spare[i].capacity());
+        largest.map_or_else(Vec::new, |i| self.spare.swap_remove(i))
+    }
+
+    /// Queues a copy of `first` then `second` (a ring's records, in two
+    /// parts where it wraps), drained from `cpu`'s ring of `recorder`.
+    fn push(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, first: &[u8], second: &[u8]) {
+        let mut records = self.buffer();
+        records.reserve(first.len() + second.len());
+        records.extend_from_slice(first);
+        records.extend_from_slice(second);
         self.bytes += records.len();
         self.chunks.push_back(Drained {
             recorder: Arc::clone(recorder),
@@ -158,11 +165,11 @@ impl DrainQueue {
         if self.full(recorder.history_ring_bytes()) {
             return false;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
         let before = self.chunks.len();
-        recorder.drain_history(&mut scratch, &mut |cpu, bytes| {
-            if !bytes.is_empty() {
-                self.push(recorder, 0, cpu, bytes);
+        // Copied straight out of the rings into the queue's buffers.
+        recorder.drain_history(&mut |cpu, first, second| {
+            if !first.is_empty() || !second.is_empty() {
+                self.push(recorder, 0, cpu, first, second);
             }
         });
         // Read after the drain: ids at least those of every ring drained.
@@ -170,7 +177,6 @@ impl DrainQueue {
         for chunk in self.chunks.iter_mut().skip(before) {
             chunk.ids = ids;
         }
-        self.scratch = scratch;
         true
     }
 }
@@ -322,8 +328,8 @@ mod tests {
         let r = Arc::new(0u8);
         let mut q: DrainQueue<u8> = DrainQueue::default();
         assert!(!q.full(1 << 20));
-        q.push(&r, 2, 0, &[1; 8 << 20]);
-        q.push(&r, 2, 1, &[2; 8 << 20]);
+        q.push(&r, 2, 0, &[1; 6 << 20], &[1; 2 << 20]);
+        q.push(&r, 2, 1, &[2; 8 << 20], &[]);
         assert_eq!(q.bytes(), 16 << 20);
         // Small rings: the 16 MiB floor.
         assert!(q.full(1 << 20));
@@ -347,10 +353,16 @@ mod tests {
         assert_eq!(q.spare.len(), 2);
         q.spare.clear();
         q.recycle(Vec::with_capacity(1 << 20));
-        q.push(&r, 2, 3, &[3; 4]);
+        q.push(&r, 2, 3, &[3; 4], &[4; 2]);
         let again = q.take();
-        assert_eq!(again[0].records, vec![3; 4]);
+        assert_eq!(again[0].records, vec![3, 3, 3, 3, 4, 4]);
         assert!(again[0].records.capacity() >= 1 << 20);
+        // The largest spare buffer first.
+        q.recycle(Vec::with_capacity(2 << 20));
+        q.recycle(Vec::with_capacity(4 << 20));
+        q.recycle(Vec::with_capacity(3 << 20));
+        assert_eq!(q.buffer().capacity(), 4 << 20);
+        q.spare.clear();
         for _ in 0..20 {
             q.recycle(Vec::with_capacity(1 << 20));
         }

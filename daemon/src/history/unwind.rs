@@ -11,7 +11,7 @@
 //! ordinary call-chain snapshot to `perf report` and `snapctl report`.
 //! The memory rings' dumps keep the copies.
 //!
-//! Maps come from the tracking table of the moment (`exec_maps_now`), the
+//! Maps come from the tracking table of the moment (`maps_now`), the
 //! files through [`open_mapped_file`] (the path or the process's own link
 //! to it, build-id checked), each read on a thread of its own given up
 //! after [`READ_DEADLINE`], at most [`MAX_STUCK_READS`] hanging at once,
@@ -24,14 +24,18 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use flightrec_unwind::{Limits, MapView, TableSource, UnwindTables, Unwinding};
+use flightrec_unwind::{Limits, MapView, REG_IP, TableSource, UnwindTables, Unwinding};
 
+use super::batch::Batch;
 use crate::abi::layout::{RecordLayouts, SampleFields};
-use crate::abi::{PERF_CONTEXT_USER, USER_REGS_MASK, record_type};
+use crate::abi::{PERF_CONTEXT_USER, USER_REGS_MASK, mmap_prot, record_type};
 use crate::recorder::Recorder;
-use crate::tracking::build_id::{MappedBy, MappedFile, READ_DEADLINE, open_mapped_file};
+use crate::ring::filter::RecordFilter;
+use crate::tracking::build_id::{BuildIds, MappedBy, MappedFile, READ_DEADLINE, open_mapped_file};
 use crate::tracking::map_state::MapState;
+use crate::tracking::maps::Maps;
 
 /// What the daemon's unwinder may read and keep: it lives as long as the
 /// history does, so its tables are bounded in sum.
@@ -100,22 +104,89 @@ impl TableSource for ProcFiles {
     }
 }
 
-/// A process's executable maps this round, and what they are (the key of
-/// the unwinder it shares with every process mapped the same way: the
-/// forked workers of one program).
+/// A process's executable maps, and what they are (the key of the
+/// unwinder it shares with every process mapped the same way: the forked
+/// workers of one program).
 struct ProcessMaps {
     space: u64,
     maps: Vec<MapState>,
+    /// The table's maps these were made from: while the table hands back
+    /// the same storage, the process has not mapped anything since.
+    of: Maps,
+    /// Whether every map has its build-id; if not, the maps are made
+    /// again at the next round (the file may have been read since).
+    complete: bool,
 }
+
+impl ProcessMaps {
+    fn new(of: Maps, build_ids: &BuildIds, keys: &RandomState) -> Self {
+        let maps: Vec<MapState> = of
+            .iter()
+            .filter(|m| m.prot & mmap_prot::EXEC != 0 && m.filename.starts_with('/'))
+            .map(|m| {
+                let mut m = m.clone();
+                if m.build_id.is_none() {
+                    m.build_id = build_ids.for_map(&m);
+                }
+                m
+            })
+            .collect();
+        ProcessMaps {
+            space: fingerprint(keys, &maps),
+            complete: maps.iter().all(|m| m.build_id.is_some()),
+            maps,
+            of,
+        }
+    }
+}
+
+impl ProcessMaps {
+    /// Whether `ip` is in one of the maps (sorted by start).
+    fn covers(&self, ip: u64) -> bool {
+        let after = self.maps.partition_point(|m| m.start <= ip);
+        after > 0 && ip - self.maps[after - 1].start < self.maps[after - 1].len
+    }
+}
+
+/// What the unwinder knows of a process, and when it was last checked
+/// against the tracking table.
+struct Known {
+    /// `None`: the table does not know the process.
+    maps: Option<Arc<ProcessMaps>>,
+    round: u64,
+    checked_at: Instant,
+}
+
+/// A process's maps are checked against the table again after this
+/// long, or at once when a sample's IP is in none of them (it exec'd or
+/// mapped a library since): a lookup in the table for each process at
+/// every round was a tenth of the writer's time under a load that forks.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Maps made lately, most recent last, at most this many: a process
+/// forked from one of them shares its storage until it maps something,
+/// so its maps are not made again.
+const RECENT_MAPS: usize = 16;
+
+/// Processes not seen for this many rounds are forgotten.
+const FORGET_AFTER_ROUNDS: u64 = 64;
 
 /// The history's unwinder: one per history, kept across rounds.
 pub(super) struct StackUnwinder {
     unwinding: Unwinding<ProcFiles>,
-    /// Maps asked for this round, by pid (`None`: not known any more).
-    this_round: HashMap<u32, Option<ProcessMaps>>,
+    /// The processes seen lately, by pid.
+    known: HashMap<u32, Known>,
+    round_at: Instant,
+    /// See [`RECENT_MAPS`].
+    recent: Vec<Arc<ProcessMaps>>,
+    round: u64,
     /// The keys address spaces are hashed with.
     keys: RandomState,
-    scratch: Vec<u8>,
+    /// Where the records that may carry a copy start in a batch.
+    long_records: Vec<usize>,
+    /// Records shorter than this carry no stack copy (see
+    /// [`Self::set_smallest_copy`]).
+    smallest_record: usize,
     pub(super) counts: UnwindCounts,
 }
 
@@ -123,67 +194,86 @@ impl StackUnwinder {
     pub(super) fn new() -> Self {
         StackUnwinder {
             unwinding: Unwinding::new(ProcFiles::default(), LIMITS),
-            this_round: HashMap::new(),
+            known: HashMap::new(),
+            recent: Vec::new(),
+            round: 0,
+            round_at: Instant::now(),
             keys: RandomState::new(),
-            scratch: Vec::new(),
+            long_records: Vec::new(),
+            smallest_record: 0,
             counts: UnwindCounts::default(),
         }
     }
 
-    /// A new round: maps are asked for again (a process may have mapped
-    /// or exec'd since).
-    pub(super) fn begin_round(&mut self) {
-        self.this_round.clear();
+    /// The smallest stack copy the events take: shorter records (most
+    /// of a busy machine's, its context switches) are passed without
+    /// looking up their layout.
+    pub(super) fn set_smallest_copy(&mut self, bytes: usize) {
+        self.smallest_record = bytes;
     }
 
-    /// `records` with every stack copy the unwinder could unwind replaced
-    /// by user frames in the chain (a borrow of `records` when none is).
-    pub(super) fn rewrite<'a>(
-        &'a mut self,
-        records: &'a [u8],
+    /// A new round; the maps of processes not seen for a while are
+    /// forgotten.
+    pub(super) fn begin_round(&mut self) {
+        self.round += 1;
+        self.round_at = Instant::now();
+        if self.round % FORGET_AFTER_ROUNDS == 0 {
+            let round = self.round;
+            self.known
+                .retain(|_, k| round - k.round < FORGET_AFTER_ROUNDS);
+        }
+    }
+
+    /// Appends `records` to `batch` with every stack copy the unwinder
+    /// could unwind replaced by user frames in the chain, in one walk over
+    /// them (a busy machine's chunks are mostly small records: context
+    /// switches). Returns the samples its LOST records say were dropped.
+    pub(super) fn add_unwound(
+        &mut self,
+        batch: &mut Batch,
+        records: &[u8],
         layouts: &RecordLayouts,
         recorder: &Recorder,
-    ) -> &'a [u8] {
-        let mut copies: Vec<(usize, u32, SampleFields)> = Vec::new();
-        let mut walk = crate::ring::records(records);
-        loop {
-            let at = walk.offset();
-            let Some(Ok((_, record))) = walk.next() else {
-                break;
-            };
-            if let Some(copy) = stack_copy(record, layouts) {
-                copies.push((at, copy.0, copy.1));
-            }
-        }
-        if copies.is_empty() {
-            return records;
-        }
-        let mut missing: Vec<u32> = copies
+    ) -> u64 {
+        let mut long = std::mem::take(&mut self.long_records);
+        long.clear();
+        let mut kept =
+            RecordFilter::all(layouts).scan_noting(records, self.smallest_record, &mut long);
+        // Whole records only, as the batch's own walk keeps them.
+        let end = kept
+            .corruption
+            .as_ref()
+            .map_or(records.len(), |c| c.offset as usize);
+        let copies: Vec<(usize, u32, SampleFields)> = long
             .iter()
-            .map(|c| c.1)
-            .filter(|pid| !self.this_round.contains_key(pid))
+            .filter_map(|&at| {
+                let (pid, fields) = stack_copy(record_at(records, at), layouts)?;
+                Some((at, pid, fields))
+            })
             .collect();
-        missing.sort_unstable();
-        missing.dedup();
-        if !missing.is_empty() {
-            let mut found = recorder.exec_maps_now(&missing);
-            for pid in missing {
-                let maps = found.remove(&pid).map(|maps| ProcessMaps {
-                    space: fingerprint(&self.keys, &maps),
-                    maps,
-                });
-                self.this_round.insert(pid, maps);
-            }
+        self.long_records = long;
+        if !copies.is_empty() {
+            self.check_maps(
+                copies.iter().map(|(at, pid, fields)| {
+                    let ip = user_reg(record_at(records, *at), fields, REG_IP);
+                    (*pid, ip)
+                }),
+                recorder,
+            );
         }
         if self.unwinding.spaces() > MAX_SPACES {
             self.unwinding.forget_all();
         }
-        let this_round = std::mem::take(&mut self.this_round);
-        self.scratch.clear();
+        let known = std::mem::take(&mut self.known);
+        let out = &mut batch.records;
+        let start = out.len();
         let mut copied = 0;
         for (at, pid, fields) in copies {
             let record = record_at(records, at);
-            let Some(Some(maps)) = this_round.get(&pid) else {
+            let Some(Known {
+                maps: Some(maps), ..
+            }) = known.get(&pid)
+            else {
                 self.counts.kept += 1;
                 continue;
             };
@@ -192,14 +282,77 @@ impl StackUnwinder {
                 self.counts.kept += 1;
                 continue;
             };
-            self.scratch.extend_from_slice(&records[copied..at]);
-            with_user_frames(record, &fields, &frames, &mut self.scratch);
+            out.extend_from_slice(&records[copied..at]);
+            with_user_frames(record, &fields, &frames, out);
             copied = at + record.len();
             self.counts.unwound += 1;
         }
-        self.scratch.extend_from_slice(&records[copied..]);
-        self.this_round = this_round;
-        &self.scratch
+        out.extend_from_slice(&records[copied..end]);
+        self.known = known;
+        // The same records, some shorter.
+        kept.bytes = (out.len() - start) as u64;
+        batch.kept.merge(&kept);
+        kept.lost
+    }
+
+    /// Checks against the tracking table the maps of the processes of
+    /// `samples` (pid and user IP) not checked this round that are due
+    /// (see [`RECHECK_AFTER`]): kept while the table's storage is the
+    /// same, made again when the process mapped something since.
+    fn check_maps(
+        &mut self,
+        samples: impl Iterator<Item = (u32, Option<u64>)>,
+        recorder: &Recorder,
+    ) {
+        let (round, now) = (self.round, self.round_at);
+        let due = |k: &Known, ip: Option<u64>| {
+            k.round != round
+                && (now.duration_since(k.checked_at) >= RECHECK_AFTER
+                    || match (&k.maps, ip) {
+                        (Some(maps), Some(ip)) => !maps.covers(ip),
+                        _ => true,
+                    })
+        };
+        let mut unchecked: Vec<u32> = samples
+            .filter(|&(pid, ip)| self.known.get(&pid).is_none_or(|k| due(k, ip)))
+            .map(|(pid, _)| pid)
+            .collect();
+        if unchecked.is_empty() {
+            return;
+        }
+        unchecked.sort_unstable();
+        unchecked.dedup();
+        let table = recorder.maps_now(&unchecked);
+        let mut found = table.maps.into_iter().peekable();
+        for pid in unchecked {
+            // Both sorted by pid: `found` is `unchecked` less the unknown.
+            let current = found.next_if(|(p, _)| *p == pid).map(|(_, maps)| maps);
+            let known = self.known.entry(pid).or_insert(Known {
+                maps: None,
+                round,
+                checked_at: now,
+            });
+            (known.round, known.checked_at) = (round, now);
+            known.maps = current.map(|of| match known.maps.take() {
+                Some(kept) if kept.complete && kept.of.shares_storage_with(&of) => kept,
+                _ => match self
+                    .recent
+                    .iter()
+                    .rev()
+                    .find(|r| r.complete && r.of.shares_storage_with(&of))
+                {
+                    Some(shared) => Arc::clone(shared),
+                    None => {
+                        let made = Arc::new(ProcessMaps::new(of, &table.build_ids, &self.keys));
+                        if self.recent.len() == RECENT_MAPS {
+                            self.recent.remove(0);
+                        }
+                        self.recent.push(Arc::clone(&made));
+                        made
+                    }
+                },
+            });
+        }
     }
 
     fn unwind(
@@ -210,15 +363,8 @@ impl StackUnwinder {
         fields: &SampleFields,
     ) -> Option<Vec<u64>> {
         let maps = &process.maps;
-        let (regs_at, n) = fields.user_regs?;
         let (stack_at, len) = fields.user_stack?;
-        let reg = |r: u64| {
-            if r >= 64 || USER_REGS_MASK & (1 << r) == 0 {
-                return None;
-            }
-            let index = (USER_REGS_MASK & ((1u64 << r) - 1)).count_ones() as usize;
-            (index < n).then(|| get_u64(record, regs_at + 8 * index))
-        };
+        let reg = |r: u64| user_reg(record, fields, r);
         let stack = record.get(stack_at..stack_at + len)?;
         let dyn_size = get_u64(record, stack_at + len);
         let pid = i32::try_from(pid).ok()?;
@@ -265,6 +411,16 @@ fn fingerprint(keys: &RandomState, maps: &[MapState]) -> u64 {
         (m.start, m.len, m.pgoff, m.build_id).hash(&mut h);
     }
     h.finish()
+}
+
+/// User register `r` of a sample that carries them.
+fn user_reg(record: &[u8], fields: &SampleFields, r: u64) -> Option<u64> {
+    let (regs_at, n) = fields.user_regs?;
+    if r >= 64 || USER_REGS_MASK & (1 << r) == 0 {
+        return None;
+    }
+    let index = (USER_REGS_MASK & ((1u64 << r) - 1)).count_ones() as usize;
+    (index < n).then(|| get_u64(record, regs_at + 8 * index))
 }
 
 fn record_at(records: &[u8], at: usize) -> &[u8] {
@@ -409,6 +565,33 @@ mod tests {
         assert_eq!(new[8..8 + 48], record[8..8 + 48]);
         assert_eq!(layouts.sample_cgroup(new), Some(77));
         assert_eq!(layouts.sample_pid(new), Some(42));
+    }
+
+    #[test]
+    fn maps_cover_the_addresses_inside_them_only() {
+        let map = |start: u64, len: u64| MapState {
+            start,
+            len,
+            ..MapState::default()
+        };
+        let maps = ProcessMaps {
+            space: 0,
+            maps: vec![map(0x1000, 0x1000), map(0x5000, 0x10)],
+            of: Maps::new(),
+            complete: true,
+        };
+        for (ip, covered) in [
+            (0xfff, false),
+            (0x1000, true),
+            (0x1fff, true),
+            (0x2000, false),
+            (0x4fff, false),
+            (0x500f, true),
+            (0x5010, false),
+            (u64::MAX, false),
+        ] {
+            assert_eq!(maps.covers(ip), covered, "{ip:#x}");
+        }
     }
 
     #[test]

@@ -178,11 +178,17 @@ impl Writer {
         let events = recorder.events();
         self.layouts = layouts_of(&events);
         self.ids = ids;
-        let copies = events
+        // The smallest copy any event takes (the kernel cuts one only to
+        // keep a record under 64 KiB).
+        let smallest_copy = events
             .iter()
-            .any(|e| e.attr.sample_type & crate::abi::sample::STACK_USER != 0);
-        if copies && self.unwinder.is_none() {
-            self.unwinder = Some(StackUnwinder::new());
+            .filter(|e| e.attr.sample_type & crate::abi::sample::STACK_USER != 0)
+            .map(|e| e.attr.sample_stack_user.min(32 << 10) as usize)
+            .min();
+        if let Some(bytes) = smallest_copy {
+            self.unwinder
+                .get_or_insert_with(StackUnwinder::new)
+                .set_smallest_copy(bytes);
         }
     }
 
@@ -213,16 +219,11 @@ impl Writer {
                 }
             }
             // Stack copies become call chains here, off the drain.
-            let records = match &mut self.unwinder {
-                Some(u) => u.rewrite(&chunk.records, &self.layouts, &chunk.recorder),
-                None => &chunk.records,
+            let batch = self.pending.cpus.entry(chunk.cpu).or_default();
+            let lost = match &mut self.unwinder {
+                Some(u) => u.add_unwound(batch, &chunk.records, &self.layouts, &chunk.recorder),
+                None => batch.add(&chunk.records, &self.layouts),
             };
-            let lost = self
-                .pending
-                .cpus
-                .entry(chunk.cpu)
-                .or_default()
-                .add(records, &self.layouts);
             if lost > 0 {
                 lost_now.push((chunk.cpu, lost));
             }

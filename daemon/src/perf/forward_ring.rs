@@ -21,6 +21,18 @@ impl ForwardRing {
     /// publishes them), then releases the space to the kernel. Returns the
     /// bytes appended.
     pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
+        self.drain_in_place(&mut |first, second| {
+            out.reserve(first.len() + second.len());
+            out.extend_from_slice(first);
+            out.extend_from_slice(second);
+        })
+    }
+
+    /// Hands `f` every record published since the last drain where the
+    /// kernel wrote them (two parts when they wrap around the end of the
+    /// ring), then releases the space to the kernel. Returns the bytes
+    /// handed.
+    pub fn drain_in_place(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> usize {
         let head = self.map.data_head();
         let size = self.map.data_size();
         let pending = head.wrapping_sub(self.tail);
@@ -34,19 +46,29 @@ impl ForwardRing {
             self.release(head);
             return 0;
         }
-        let start = out.len();
-        out.resize(start + len, 0);
         let mask = (size - 1) as u64;
         // `tail & mask` < size, so this fits usize.
         let off = usize::try_from(self.tail & mask).unwrap_or(0);
         let first = len.min(size - off);
-        let ok = self.map.copy_out(off, &mut out[start..start + first])
-            && self.map.copy_out(0, &mut out[start + first..start + len]);
-        if !ok {
-            out.truncate(start);
-        }
+        // SAFETY: both ranges are `[data_tail, data_head)` of a forward
+        // ring: the kernel writes there only after `release` moves
+        // `data_tail` past them, which happens after `f` returns and the
+        // borrows end.
+        let parts = unsafe {
+            (
+                self.map.reader_owned(off, first),
+                self.map.reader_owned(0, len - first),
+            )
+        };
+        let handed = match parts {
+            (Some(a), Some(b)) => {
+                f(a, b);
+                len
+            }
+            _ => 0,
+        };
         self.release(head);
-        out.len() - start
+        handed
     }
 
     fn release(&mut self, head: u64) {

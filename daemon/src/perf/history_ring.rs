@@ -81,4 +81,11 @@ impl HistoryRing {
     pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
         self.ring.drain(out)
     }
+
+    /// Hands `f` every record published since the last drain in place
+    /// (two parts where the ring wraps) and releases the space to the
+    /// kernel. Returns the bytes handed.
+    pub fn drain_in_place(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> usize {
+        self.ring.drain_in_place(f)
+    }
 }

@@ -141,6 +141,25 @@ impl RingMap {
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         true
     }
+
+    /// The `len` bytes starting at `offset` in the data area, in place
+    /// (None when out of range).
+    ///
+    /// # Safety
+    /// The caller owns those bytes while the borrow lives: the kernel
+    /// writes none of them (a forward ring's `[data_tail, data_head)`,
+    /// until `data_tail` is moved past them).
+    pub unsafe fn reader_owned(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.data_size {
+            return None;
+        }
+        let src = self.map.as_ptr().wrapping_add(self.data_offset + offset);
+        // SAFETY: [src, src + len) lies inside the data area of a mapping
+        // that lives as long as `self` (checked above), and by the
+        // caller's contract nothing writes it while the borrow lives.
+        Some(unsafe { std::slice::from_raw_parts(src, len) })
+    }
 }
 
 #[cfg(test)]

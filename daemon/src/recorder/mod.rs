@@ -29,7 +29,7 @@ use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use crate::host::HostInfo;
-pub use lifecycle::{CaptureError, HistoryCheckpoint, Recorder, RecorderConfig};
+pub use lifecycle::{CaptureError, HistoryCheckpoint, MapsNow, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuLosses, CpuStatus, RecorderStatus};
 

@@ -222,6 +222,17 @@ impl<'a> RecordFilter<'a> {
         self.walk(from, |_, record| out.extend_from_slice(record))
     }
 
+    /// What `bytes` holds that this filter keeps, as [`Self::scan`] says,
+    /// noting where each kept record of at least `min_len` bytes starts
+    /// (the few that need a closer look, found in the same walk).
+    pub fn scan_noting(&self, bytes: &[u8], min_len: usize, noted: &mut Vec<usize>) -> Kept {
+        self.walk(bytes, |at, record| {
+            if record.len() >= min_len {
+                noted.push(at);
+            }
+        })
+    }
+
     /// Keeps only the kept records of `bytes`, moved down in place (a
     /// window can be hundreds of MiB: a copy would double its memory);
     /// whatever follows a record that does not parse is dropped.
@@ -270,6 +281,23 @@ mod tests {
 
     fn t(ns: u64) -> SampleTime {
         SampleTime::from_nanos(ns)
+    }
+
+    #[test]
+    fn a_scan_notes_where_the_long_records_it_keeps_start() {
+        let l = layouts();
+        let long = with_words(record_type::SAMPLE, &[2, 1, 150, 0, 0, 0, 0, 0]);
+        let short = sample_at(1, 100);
+        let bytes = [short.clone(), long.clone(), short.clone(), long.clone()].concat();
+        let mut noted = Vec::new();
+        let kept = RecordFilter::all(&l).scan_noting(&bytes, long.len(), &mut noted);
+        assert_eq!(noted, vec![short.len(), 2 * short.len() + long.len()]);
+        assert_eq!(kept, RecordFilter::all(&l).scan(&bytes));
+        // Only kept records are noted.
+        noted.clear();
+        let range = RecordFilter::in_range(&l, TimeRange::before(t(120)));
+        assert_eq!(range.scan_noting(&bytes, 1, &mut noted).count, 2);
+        assert_eq!(noted, vec![0, short.len() + long.len()]);
     }
 
     #[test]

@@ -319,6 +319,13 @@ impl ProcessTable {
         Some(self.state(tid, t, true))
     }
 
+    /// The maps of `tid`'s process as currently known (shared, not
+    /// copied; exited processes included).
+    pub fn maps_of(&self, tid: u32) -> Option<Maps> {
+        let t = self.threads.get(&tid)?;
+        Some(self.maps.get(&t.pid).cloned().unwrap_or_default())
+    }
+
     /// When `tid` exited, if it did.
     pub fn exit_time(&self, tid: u32) -> Option<u64> {
         self.threads.get(&tid)?.exit_ns
