@@ -217,7 +217,7 @@ impl StackUnwinder {
     pub(super) fn begin_round(&mut self) {
         self.round += 1;
         self.round_at = Instant::now();
-        if self.round % FORGET_AFTER_ROUNDS == 0 {
+        if self.round.is_multiple_of(FORGET_AFTER_ROUNDS) {
             let round = self.round;
             self.known
                 .retain(|_, k| round - k.round < FORGET_AFTER_ROUNDS);

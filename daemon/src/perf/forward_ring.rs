@@ -50,16 +50,14 @@ impl ForwardRing {
         // `tail & mask` < size, so this fits usize.
         let off = usize::try_from(self.tail & mask).unwrap_or(0);
         let first = len.min(size - off);
-        // SAFETY: both ranges are `[data_tail, data_head)` of a forward
-        // ring: the kernel writes there only after `release` moves
-        // `data_tail` past them, which happens after `f` returns and the
-        // borrows end.
-        let parts = unsafe {
-            (
-                self.map.reader_owned(off, first),
-                self.map.reader_owned(0, len - first),
-            )
-        };
+        // The ranges are `[data_tail, data_head)` of a forward ring: the
+        // kernel writes there only after `release` moves `data_tail` past
+        // them, which happens after `f` returns and the borrows end.
+        // SAFETY: the first range, up to the end of the ring, as above.
+        let to_end = unsafe { self.map.reader_owned(off, first) };
+        // SAFETY: the rest, from the start of the ring, as above.
+        let from_start = unsafe { self.map.reader_owned(0, len - first) };
+        let parts = (to_end, from_start);
         let handed = match parts {
             (Some(a), Some(b)) => {
                 f(a, b);

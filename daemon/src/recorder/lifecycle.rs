@@ -107,6 +107,10 @@ pub struct HistoryCheckpoint {
     pub dropped: u64,
 }
 
+/// What [`Recorder::drain_history`] hands each CPU's records to: the CPU,
+/// then the records in two parts where the ring wraps.
+pub type HistoryDrain<'a> = dyn FnMut(u32, &[u8], &[u8]) + 'a;
+
 /// See [`Recorder::maps_now`].
 pub struct MapsNow {
     pub maps: Vec<(u32, crate::tracking::maps::Maps)>,
@@ -342,7 +346,7 @@ impl Recorder {
     /// Empties every CPU's history ring, handing `f` the CPU and its
     /// records (oldest first) where the kernel wrote them, in two parts
     /// where the ring wraps: `f` copies what it keeps.
-    pub fn drain_history(&self, f: &mut dyn FnMut(u32, &[u8], &[u8])) {
+    pub fn drain_history(&self, f: &mut HistoryDrain<'_>) {
         let mut rings = lock(&self.live.history);
         for ring in rings.iter_mut() {
             let cpu = ring.cpu();
