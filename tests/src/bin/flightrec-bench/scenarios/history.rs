@@ -45,12 +45,46 @@ pub(super) struct Phase {
     /// Records streamed per recorded CPU, MiB/s before compression
     /// (flightrec's count; 0 for perf).
     raw_mib_per_sec_per_cpu: f64,
+    /// With a warm-up run: the recorder's CPU during it (% of one core
+    /// per recorded CPU).
+    pub(super) warm_up_cpu_per_cpu: Option<f64>,
 }
 
 /// The workload under one recorder writing its disk ring.
 pub(super) fn under(kind: Kind, args: &Args, workload: Workload, setup: Setup) -> Result<Phase> {
+    measure(kind, args, workload, setup, false)
+}
+
+/// As [`under`], the workload run once first and measured apart: what a
+/// recorder does once per program (flightrec reads the unwind tables of
+/// every file a process maps) is not counted in the measured run, as it
+/// is not in the minutes of a history.
+pub(super) fn under_after_warm_up(
+    kind: Kind,
+    args: &Args,
+    workload: Workload,
+    setup: Setup,
+) -> Result<Phase> {
+    measure(kind, args, workload, setup, true)
+}
+
+fn measure(
+    kind: Kind,
+    args: &Args,
+    workload: Workload,
+    setup: Setup,
+    warm_up: bool,
+) -> Result<Phase> {
     let recorder = Recorder::start(kind, setup)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let warm_up_cpu_per_cpu = if warm_up {
+        let cpu0 = procfs::cpu_seconds(recorder.pid())?;
+        let wall = workload.run(args.quick)?.as_secs_f64();
+        let cpu1 = procfs::cpu_seconds(recorder.pid())?;
+        Some(100.0 * (cpu1 - cpu0) / wall / cpus)
+    } else {
+        None
+    };
     let cpu0 = procfs::cpu_seconds(recorder.pid())?;
     let before = history_counters(&recorder)?;
     let wall = workload.run(args.quick)?.as_secs_f64();
@@ -86,6 +120,7 @@ pub(super) fn under(kind: Kind, args: &Args, workload: Workload, setup: Setup) -
         lost_per_min: lost as f64 / minutes,
         bytes_per_min: bytes as f64 / minutes,
         raw_mib_per_sec_per_cpu: raw as f64 / MIB as f64 / wall / cpus,
+        warm_up_cpu_per_cpu,
     })
 }
 

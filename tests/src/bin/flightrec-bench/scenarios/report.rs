@@ -33,6 +33,67 @@ fn perf_report_secs(path: &std::path::Path) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Of every frame of every cpu-clock sample perf unwinds from `path`
+/// (`perf script`, inlined frames left out as flightrec leaves them), the
+/// share perf names (a symbol, not `[unknown]`), in percent.
+fn perf_named_share(path: &std::path::Path) -> Result<f64> {
+    let out = Command::new("perf")
+        .args(["script", "-F", "event,ip,sym", "--no-inline", "-i"])
+        .arg(path)
+        .output()
+        .context("running perf script")?;
+    if !out.status.success() {
+        bail!("perf script: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (mut frames, mut named) = (0u64, 0u64);
+    for block in text
+        .split("\n\n")
+        .filter(|b| b.trim_start().starts_with("cpu-clock"))
+    {
+        // `EVENT:` then one `ADDR SYMBOL+OFFSET` or `ADDR [unknown]` a frame.
+        for sym in block
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .filter(|sym| !sym.ends_with(':'))
+        {
+            frames += 1;
+            named += u64::from(sym != "[unknown]");
+        }
+    }
+    if frames == 0 {
+        bail!(
+            "perf script unwound no cpu-clock frame of {}",
+            path.display()
+        );
+    }
+    Ok(100.0 * named as f64 / frames as f64)
+}
+
+/// The same share in `snapctl export --format collapsed`'s stacks (a
+/// frame without a function shows as `file+0xOFFSET` or `[unknown] ADDR`;
+/// the thread's name, the root, is not a frame).
+fn folded_named_share(folded: &std::path::Path) -> Result<f64> {
+    let text = std::fs::read_to_string(folded)?;
+    let (mut frames, mut named) = (0u64, 0u64);
+    for line in text.lines() {
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .context("a folded line without a count")?;
+        let count: u64 = count.parse().context("a folded count")?;
+        for frame in stack.split(';').skip(1) {
+            frames += count;
+            if !(frame.contains("+0x") || frame.starts_with("[unknown]")) {
+                named += count;
+            }
+        }
+    }
+    if frames == 0 {
+        bail!("no frame in {}", folded.display());
+    }
+    Ok(100.0 * named as f64 / frames as f64)
+}
+
 /// Appended to a copy of the page: draws the timeline of the whole window
 /// 20 times (double-click), zooms in 10 steps of the wheel and pans 50
 /// times (drag), each frame timed, and writes the medians into the page.
@@ -113,6 +174,9 @@ pub fn report(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
     let mut perf_secs = Vec::new();
     let mut whole_ms = Vec::new();
     let mut pan_ms = Vec::new();
+    // With stack copies: the share of frames named, flightrec and perf.
+    let mut named: [Vec<f64>; 2] = Default::default();
+    let dwarf = matches!(events, EventSet::SwitchAndClockDwarf);
     // report, pprof, collapsed: seconds and MiB.
     let mut secs: [Vec<f64>; 3] = Default::default();
     let mut mib: [Vec<f64>; 3] = Default::default();
@@ -151,6 +215,10 @@ pub fn report(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
         whole_ms.push(whole);
         pan_ms.push(pan);
         perf_secs.push(perf_report_secs(&shot.path)?);
+        if dwarf {
+            named[0].push(folded_named_share(&work.path().join("out-2"))?);
+            named[1].push(perf_named_share(&shot.path)?);
+        }
         recorder.stop()?;
     }
     let snap = Summary::of(&snapshot_mib);
@@ -172,6 +240,18 @@ pub fn report(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
         target,
     };
     let big = ring >= 32 * MIB;
+    let mut named_rows = Vec::new();
+    if dwarf {
+        let (fr, pf) = (Summary::of(&named[0]), Summary::of(&named[1]));
+        named_rows.push(Row {
+            metric: "share of the cpu-clock samples' frames named (perf column: perf script)"
+                .into(),
+            flightrec: show(fr, "%", 1),
+            perf: show(pf, "%", 1),
+            ratio: ratio(fr, pf),
+            target: ">= perf",
+        });
+    }
     Ok(Section {
         title: format!(
             "Report and exports of a snapshot taken under load, {} per CPU, {} (perf column: perf report --stdio on the same file)",
@@ -204,6 +284,9 @@ pub fn report(args: &Args, ring: u64, events: EventSet) -> Result<Section> {
             size("pprof size", pprof_mib, ""),
             timed("`snapctl export --format collapsed`", folded_s, ""),
             size("folded stacks size", folded_mib, ""),
-        ],
+        ]
+        .into_iter()
+        .chain(named_rows)
+        .collect(),
     })
 }
