@@ -77,13 +77,13 @@ fn measure(
 ) -> Result<Phase> {
     let recorder = Recorder::start(kind, setup)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let warm_up_cpu_per_cpu = if warm_up {
+    let (warm_up_wall, warm_up_cpu_per_cpu) = if warm_up {
         let cpu0 = procfs::cpu_seconds(recorder.pid())?;
         let wall = workload.run(args.quick)?.as_secs_f64();
         let cpu1 = procfs::cpu_seconds(recorder.pid())?;
-        Some(100.0 * (cpu1 - cpu0) / wall / cpus)
+        (wall, Some(100.0 * (cpu1 - cpu0) / wall / cpus))
     } else {
-        None
+        (0.0, None)
     };
     let cpu0 = procfs::cpu_seconds(recorder.pid())?;
     let before = history_counters(&recorder)?;
@@ -113,7 +113,12 @@ fn measure(
             (bytes, perf_lost(&files)?, 0)
         }
     };
-    let minutes = wall / 60.0;
+    // flightrec's counters are read around the measured run; perf's
+    // files and losses cover the warm-up run too.
+    let minutes = match kind {
+        Kind::Flightrec => wall,
+        Kind::Perf => wall + warm_up_wall,
+    } / 60.0;
     Ok(Phase {
         wall,
         cpu_per_cpu: 100.0 * (cpu1 - cpu0) / wall / cpus,
