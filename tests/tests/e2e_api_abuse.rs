@@ -89,12 +89,14 @@ fn a_thousand_idle_connections_block_neither_the_api_nor_a_signal_dump() {
         let socket = d.socket.clone();
         std::thread::spawn(move || {
             for _ in 0..1100 {
-                match UnixStream::connect(&socket) {
-                    Ok(s) => held.lock().unwrap().push(s),
-                    Err(e) => return Err(e),
-                }
+                let mut s = UnixStream::connect(&socket)?;
+                // An HTTP/2 client's preface and an empty SETTINGS frame,
+                // then silence: idle, not silent, so the daemon's 5 s
+                // handshake timeout never frees them, only the cap.
+                s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")?;
+                held.lock().unwrap().push(s);
             }
-            Ok(())
+            Ok::<(), std::io::Error>(())
         })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -115,14 +117,14 @@ fn a_thousand_idle_connections_block_neither_the_api_nor_a_signal_dump() {
     let fds = open_fds(d.pid());
     assert!(fds <= 1024 - 256, "the daemon has {fds} descriptors open");
 
+    // An API held up by the idle connections would not answer before
+    // one of them is closed for its silence, after the 5-minute idle
+    // timeout; the cap lets it answer at once (a few seconds on a
+    // loaded 2-CPU machine, hence the generous timeout).
     let started = Instant::now();
-    let out = d.snapctl(&["--timeout", "5s", "status"]);
+    let out = d.snapctl(&["--timeout", "60s", "status"]);
     let took = started.elapsed();
     assert!(out.status.success(), "{out:?}\n{}", d.log_text());
-    // An API held up by the idle connections would answer only once one
-    // of them is closed for its silence, after the 5 s handshake timeout;
-    // a busy 2-CPU machine takes about a second to run snapctl here.
-    assert!(took < Duration::from_millis(2500), "status took {took:?}");
 
     d.signal("USR2");
     let deadline = Instant::now() + Duration::from_secs(15);

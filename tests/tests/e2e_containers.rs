@@ -29,7 +29,9 @@ fn report_rows(path: &Path, args: &[&str], event: &str) -> Vec<Vec<String>> {
         if let Some(rest) = line.strip_prefix("# Samples:") {
             current = rest
                 .split_once("of event '")
-                .map(|(_, e)| e.trim_end_matches('\'').to_string())
+                // `--time` adds ` (time slices: ...)` after the name.
+                .and_then(|(_, e)| e.split_once('\''))
+                .map(|(e, _)| e.to_string())
                 .unwrap_or_default();
         } else if current == event && !line.starts_with('#') && !line.trim().is_empty() {
             rows.push(line.split_whitespace().map(str::to_string).collect());
@@ -47,6 +49,27 @@ fn cgroup_shares(path: &Path, event: &str) -> BTreeMap<String, f64> {
             Some((row.get(1)?.clone(), pct))
         })
         .collect()
+}
+
+/// The times of the first and last sample in the file at `path`, in
+/// seconds, as perf's header gives them.
+fn sample_span(path: &str) -> (f64, f64) {
+    let out = Command::new("perf")
+        .args(["report", "--header-only", "-i", path])
+        .output()
+        .expect("perf report --header-only");
+    let header = String::from_utf8_lossy(&out.stdout).into_owned();
+    let seconds = |key: &str| -> f64 {
+        header
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_start_matches(':').trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key:?} in perf's header of {path}:\n{header}"))
+    };
+    (
+        seconds("# time of first sample"),
+        seconds("# time of last sample"),
+    )
 }
 
 /// A daemon with 32 MiB rings (several seconds under load), cgroups
@@ -98,23 +121,7 @@ fn every_sample_knows_its_cgroup_with_the_shares_perf_gives() {
         .status()
         .expect("perf record");
     assert!(perf.success());
-    let header = Command::new("perf")
-        .args(["report", "--header-only", "-i"])
-        .arg(&perf_file)
-        .output()
-        .expect("perf report --header-only");
-    let header = String::from_utf8_lossy(&header.stdout).into_owned();
-    let seconds = |key: &str| -> f64 {
-        header
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_start_matches(':').trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key:?} in perf's header:\n{header}"))
-    };
-    let (first, last) = (
-        seconds("# time of first sample"),
-        seconds("# time of last sample"),
-    );
+    let (first, last) = sample_span(perf_file.to_str().unwrap());
     let realtime_minus_monotonic = {
         use nix::time::{ClockId, clock_gettime};
         let ns = |c| {
@@ -147,12 +154,16 @@ fn every_sample_knows_its_cgroup_with_the_shares_perf_gives() {
             ours.get(&cgroup).copied().unwrap_or(0.0),
             theirs.get(&cgroup).copied().unwrap_or(0.0),
         );
+        // Each burner has a CPU of its own on an idle machine (about 50%);
+        // a loaded one leaves them less. 2% is 800 of the 40,000 samples,
+        // a share known to a tenth of a point, and the bound is a fifth
+        // of it there, so that a share near 0 cannot pass as equal.
         assert!(
-            b > 10.0,
+            b >= 2.0,
             "{cgroup} has {b}% in perf: not busy enough to compare"
         );
         assert!(
-            (a - b).abs() <= 1.0,
+            (a - b).abs() <= (b / 5.0).min(1.0),
             "{cgroup}: {a:.2}% in flightrec's snapshot, {b:.2}% in perf's"
         );
     }
@@ -188,7 +199,12 @@ fn a_dump_scoped_to_a_container_holds_it_alone() {
     let mut child = burner(&other, d.dir.path(), "fr-secret-burn");
     std::thread::sleep(Duration::from_secs(2));
     // The same second, twice: the whole machine and the container alone.
-    let at = "-500ms";
+    // The instant is fixed here, not relative to each request: on a busy
+    // machine the two requests arrive a second or more apart.
+    let at =
+        humantime::format_rfc3339_nanos(std::time::SystemTime::now() - Duration::from_millis(500))
+            .to_string();
+    let at = at.as_str();
     let whole = d.json(&["dump", "--at", at, "--before", "1s", "--label", "whole"]);
     let scoped = d.json(&[
         "dump",
@@ -211,8 +227,21 @@ fn a_dump_scoped_to_a_container_holds_it_alone() {
         [&busy.cgroup()],
         "every sample of the scoped dump is the container's"
     );
+    // Counted over the span both files hold: under a heavy load the rings
+    // may no longer reach the start of the second when the second dump
+    // is cut.
+    let span = {
+        let (a, b) = (sample_span(&path(&whole)), sample_span(&path(&scoped)));
+        (a.0.max(b.0), a.1.min(b.1))
+    };
+    assert!(
+        span.1 - span.0 >= 0.25,
+        "the two dumps share {:.3} s: {whole}\n{scoped}",
+        span.1 - span.0
+    );
+    let time = format!("--time={:.6},{:.6}", span.0, span.1);
     let samples_of = |p: &str, cgroup: &str| -> u64 {
-        report_rows(Path::new(p), &["-F", "sample,cgroup"], "cpu-clock")
+        report_rows(Path::new(p), &["-F", "sample,cgroup", &time], "cpu-clock")
             .into_iter()
             .filter(|row| row.get(1).is_some_and(|c| c == cgroup))
             .filter_map(|row| row.first()?.parse::<u64>().ok())
