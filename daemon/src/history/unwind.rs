@@ -138,9 +138,7 @@ impl ProcessMaps {
             of,
         }
     }
-}
 
-impl ProcessMaps {
     /// Whether `ip` is in one of the maps (sorted by start).
     fn covers(&self, ip: u64) -> bool {
         let after = self.maps.partition_point(|m| m.start <= ip);

@@ -75,13 +75,6 @@ impl HistoryRing {
         Ok(())
     }
 
-    /// Appends every record published since the last drain to `out`
-    /// (oldest first) and releases the space to the kernel. Returns the
-    /// bytes appended.
-    pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
-        self.ring.drain(out)
-    }
-
     /// Hands `f` every record published since the last drain in place
     /// (two parts where the ring wraps) and releases the space to the
     /// kernel. Returns the bytes handed.
