@@ -18,9 +18,11 @@
 //!   (`main;a;b;c;burn`) and Debian's python3.11, unwound by `snapctl
 //!   export` from their stack copies, against `perf script` on the same
 //!   snapshot and against frame-pointer chains of the same samples.
-//! - The same with `[history]` on: a window cut from the history, whose
-//!   copies the daemon unwound into call chains as it wrote them, against
-//!   what `perf script` unwinds from the rings' copies of the same seconds.
+//! - The same with `[history]` on: a 10-minute window cut from the
+//!   history (the program replaced by a new process every 100 s), whose
+//!   copies the daemon unwound into call chains as it wrote them, every
+//!   minute of it, and against what `perf script` unwinds from the rings'
+//!   copies of its last seconds.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -915,12 +917,26 @@ fn a_containers_own_binary_is_named_on_the_host_and_offline() {
 /// call (each does more after it); built without frame pointers, as
 /// distributions build.
 const DWARF_C: &str = r#"
+#include <stdlib.h>
+#include <time.h>
 static volatile unsigned long sink;
 __attribute__((noinline)) void burn(void) { for (unsigned long i = 0; i < 1000000; i++) sink += i; }
 __attribute__((noinline)) void c(void) { burn(); sink++; }
 __attribute__((noinline)) void b(void) { c(); sink++; }
 __attribute__((noinline)) void a(void) { b(); sink++; }
-int main(void) { for (;;) { a(); sink++; } }
+/* With an argument, a pause of that many microseconds after each 8 calls
+   (about 12 ms of burn): a program busy part of the time. */
+int main(int argc, char **argv) {
+    long pause_us = argc > 1 ? atol(argv[1]) : 0;
+    for (;;) {
+        for (int i = 0; i < 8; i++) a();
+        sink++;
+        if (pause_us > 0) {
+            struct timespec t = {pause_us / 1000000, (pause_us % 1000000) * 1000};
+            nanosleep(&t, NULL);
+        }
+    }
+}
 "#;
 
 /// A Python loop that spends its time in the interpreter.
@@ -1127,10 +1143,25 @@ fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<u64, Vec<String>> {
     by_time
 }
 
+/// The window the history test cuts: the issue's ten minutes.
+const HISTORY_WINDOW: Duration = Duration::from_secs(600);
+
+/// A running copy of the history test's program is replaced by a new
+/// process this often.
+const HISTORY_RESPAWN: Duration = Duration::from_secs(100);
+
+/// Now, in ns since the Unix epoch (the daemon's instants).
+fn unix_ns() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_nanos()).unwrap()
+}
+
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
-    let test = "a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them";
+fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
+    let test = "a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them";
     require_root(test);
     if !have(test, "gcc", &["--version"]) {
         return;
@@ -1146,34 +1177,66 @@ fn a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
     let history = dir.path().join("history");
     let extra = format!(
         "[snapshot]\ncompression = \"none\"\n\n[history]\nenabled = true\ndir = \"{}\"\n\
-         max_age = \"15min\"\nmax_bytes = \"256MiB\"\n",
+         max_age = \"15min\"\nmax_bytes = \"1GiB\"\n",
         history.display()
     );
-    // 8 MiB rings hold a second of 8 KiB copies at 999 Hz a CPU: the
-    // rings' dump is what perf unwinds.
+    // 32 MiB rings hold seconds of 8 KiB copies at 999 Hz a CPU on a busy
+    // machine: the rings' dump is what perf unwinds.
     let text = test_config(dir.path(), &extra)
-        .replace("per_cpu = \"256KiB\"", "per_cpu = \"8MiB\"")
+        .replace("per_cpu = \"256KiB\"", "per_cpu = \"32MiB\"")
         .replace("[[event]]\nname = \"sched:sched_switch\"\n", "")
         .replace(
             "name = \"cpu-clock\"\nfrequency = 999\ncallchain = true",
             "name = \"cpu-clock\"\nfrequency = 999\ncallchain = \"dwarf\"",
         );
     assert!(
-        text.contains("\"dwarf\"") && text.contains("[history]"),
+        text.contains("\"dwarf\"") && text.contains("[history]") && text.contains("32MiB"),
         "{text}"
     );
     let d = Daemon::start_in(dir, &text, &[]);
-    let program = spawn(&mut Command::new(&exe));
-    wait_cpu(program.0.id(), 300);
+    // The program busy a quarter of the time (12 ms of burn, 36 ms of
+    // pause), replaced by a new process every 100 s: the window holds
+    // several processes, each with maps the daemon learns from the
+    // kernel's records as they start.
+    let busy_a_quarter = || spawn(Command::new(&exe).arg("36000"));
+    let mut program = busy_a_quarter();
+    let (first_started, started) = (unix_ns(), Instant::now());
+    let mut respawned = Instant::now();
+    let mut processes = 1;
+    // The witness: the history holds 10 minutes since the program started
+    // (and 5 s to spare).
+    let wanted = first_started
+        + i64::try_from((HISTORY_WINDOW + Duration::from_secs(5)).as_nanos()).unwrap();
+    loop {
+        let status = d.json(&["status"]);
+        let newest = status["history"]["newest_unix_ns"].as_i64().unwrap_or(0);
+        if newest >= wanted {
+            break;
+        }
+        assert!(
+            started.elapsed() < HISTORY_WINDOW + Duration::from_secs(300),
+            "the history holds up to {newest}, 10 minutes after the program started is {wanted}: \
+             {status}"
+        );
+        if respawned.elapsed() >= HISTORY_RESPAWN {
+            drop(program);
+            program = busy_a_quarter();
+            respawned = Instant::now();
+            processes += 1;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
     // The rings' dump keeps the stack copies: perf unwinds those.
     let ring = dump(&d);
-    // A 10-minute window cut from the history (reaching back to the
-    // daemon's start): the same samples, unwound by the daemon.
+    drop(program);
+    // A 10-minute window cut from the history: the same samples, unwound
+    // by the daemon, and every one before them for 10 minutes.
     let window = d.json(&["dump", "--before", "10m"]);
     let cut = PathBuf::from(window["path"].as_str().expect("path"));
-    assert!(
-        window["window_missing_ns"].as_u64().unwrap_or(0) > 0,
-        "the history reaches back 10 minutes? {window}"
+    assert_eq!(
+        window["window_missing_ns"].as_u64(),
+        Some(0),
+        "the history reaches back 10 minutes: {window}"
     );
 
     let status = d.json(&["status"]);
@@ -1254,6 +1317,30 @@ fn a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
         "{whole} of {} samples in the window reach main;a;b;c;burn",
         chains.len()
     );
+    // Every minute of the ten, from the first process to the last.
+    let (oldest, newest) = (
+        *chains.keys().next().unwrap(),
+        *chains.keys().last().unwrap(),
+    );
+    let window_ns = u64::try_from(HISTORY_WINDOW.as_nanos()).unwrap();
+    assert!(
+        newest - oldest >= window_ns - 10_000_000_000,
+        "the program's samples in the window span {:.1} s",
+        (newest - oldest) as f64 / 1e9
+    );
+    let mut minutes = vec![(0u64, 0u64); 10];
+    for (time, stack) in &chains {
+        let minute = (((time - oldest) / 60_000_000_000) as usize).min(9);
+        minutes[minute].0 += 1;
+        minutes[minute].1 += u64::from(reaches_main(stack));
+    }
+    for (minute, (samples, reached)) in minutes.iter().enumerate() {
+        assert!(
+            *samples >= 100 && *reached as f64 >= 0.95 * *samples as f64,
+            "minute {minute} of the window: {reached} of {samples} samples reach \
+             main;a;b;c;burn ({minutes:?})"
+        );
+    }
     // snapctl's own export agrees.
     let collapsed = work.path().join("window.folded");
     snapctl_json(
@@ -1285,10 +1372,12 @@ fn a_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
         chains.len()
     );
     eprintln!(
-        "history window: {} samples, {whole_share:.1}% reach main; the rings' dump: {} \
-         samples; over the rings' span main;a;b;c;burn is {perf_main:.1}% by perf from the \
-         copies, {history_main:.1}% in the history; {unwound} copies unwound, {kept} kept",
+        "history window: {} samples over {:.1} s of {processes} processes, {whole_share:.1}% \
+         reach main (per minute {minutes:?}); the rings' dump: {} samples; over the rings' \
+         span main;a;b;c;burn is {perf_main:.1}% by perf from the copies, {history_main:.1}% \
+         in the history; {unwound} copies unwound, {kept} kept",
         chains.len(),
+        (newest - oldest) as f64 / 1e9,
         copies.len(),
     );
 }
