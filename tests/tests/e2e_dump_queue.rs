@@ -47,7 +47,17 @@ fn ids(d: &Daemon) -> Vec<String> {
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_pending_after_never_holds_a_signal_or_another_dump() {
     require_root("a_pending_after_never_holds_a_signal_or_another_dump");
-    let d = Daemon::start("[snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n");
+    // Rings that reach back seconds under a heavy load (256 KiB a CPU
+    // held half a second beside 40 runnable tasks): root's dump, asked a
+    // second or two after the signal there, still holds its moment.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = test_config(
+        dir.path(),
+        "[snapshot]\ncompression = \"none\"\nmin_interval = \"0s\"\n",
+    )
+    .replace("per_cpu = \"256KiB\"", "per_cpu = \"64MiB\"");
+    assert!(text.contains("64MiB"), "{text}");
+    let d = Daemon::start_in(dir, &text, &[]);
     let _load = Load::start();
     // A group member asks for the next two minutes, then goes away... but
     // not before its request is in the queue.
@@ -84,7 +94,9 @@ fn a_pending_after_never_holds_a_signal_or_another_dump() {
     let asked = Instant::now();
     let v = d.json(&["dump", "--label", "root"]);
     let took = asked.elapsed();
-    assert!(took < Duration::from_secs(2), "root's dump took {took:?}");
+    // Behind the member's request it would take its two minutes; a
+    // loaded machine takes seconds to run snapctl.
+    assert!(took < Duration::from_secs(20), "root's dump took {took:?}");
     let (start, end) = (
         v["window_start_unix_ns"].as_i64().expect("window start"),
         v["window_end_unix_ns"].as_i64().expect("window end"),

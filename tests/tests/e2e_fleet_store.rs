@@ -59,14 +59,30 @@ async fn bucket(url: &str) -> (jetstream::Context, object_store::ObjectStore) {
 fn create_bucket(url: &str, replicas: usize) {
     runtime().block_on(async {
         let client = async_nats::connect(url).await.expect("connect to nats");
-        jetstream::new(client)
-            .create_object_store(object_store::Config {
-                bucket: BUCKET.into(),
-                num_replicas: replicas,
-                ..Default::default()
-            })
-            .await
-            .expect("create the bucket");
+        let js = jetstream::new(client);
+        // A cluster that elected its meta leader may not know every
+        // peer's JetStream yet (on a loaded machine, a second or more):
+        // until then it refuses to place the replicas, and says so.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let created = js
+                .create_object_store(object_store::Config {
+                    bucket: BUCKET.into(),
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(_) => return,
+                Err(e)
+                    if format!("{e:?}").contains("no suitable peers")
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("create the bucket: {e:?}"),
+            }
+        }
     });
 }
 
