@@ -781,3 +781,11 @@ pub fn copy_executable(from: impl AsRef<Path>, to: impl AsRef<Path>) {
         to.display()
     );
 }
+
+/// Now, in ns since the Unix epoch (the daemon's instants).
+pub fn unix_now_ns() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    i64::try_from(since.as_nanos()).expect("ns since the epoch fit an i64")
+}

@@ -6,17 +6,10 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, Load, require_root, test_config};
+use flightrec_tests::{Daemon, Load, require_root, test_config, unix_now_ns};
 use serde_json::Value;
-
-fn unix_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64
-}
 
 /// The snapshot of `list` with this trigger that is not one of `seen`.
 fn new_snapshot(d: &Daemon, trigger: &str, seen: &[String], within: Duration) -> Value {

@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use flightrec_tests::{
     Daemon, Load, Tmpfs, Watcher, copy_executable, flightrecd_to_end, perf_script, require_root,
-    test_config,
+    test_config, unix_now_ns,
 };
 use serde_json::Value;
 
@@ -45,13 +45,6 @@ fn busy_load() -> Load {
         1,
         "while :; do perf bench sched messaging -g 1 -l 50 >/dev/null 2>&1; done",
     )
-}
-
-fn unix_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64
 }
 
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns.

@@ -30,7 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flightrec_tests::{Daemon, free_port, have, require_root, snapshot_id, test_config, unpack};
+use flightrec_tests::{
+    Daemon, free_port, have, require_root, snapshot_id, test_config, unix_now_ns, unpack,
+};
 
 /// Spins in `newcomer_hot_loop`, and sorts with libc's `qsort` (whose
 /// merge sort, `msort_with_tmp`, is a local symbol of libc: only libc's
@@ -1150,14 +1152,6 @@ const HISTORY_WINDOW: Duration = Duration::from_secs(600);
 /// process this often.
 const HISTORY_RESPAWN: Duration = Duration::from_secs(100);
 
-/// Now, in ns since the Unix epoch (the daemon's instants).
-fn unix_ns() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since.as_nanos()).unwrap()
-}
-
 #[test]
 #[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
 fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them() {
@@ -1200,7 +1194,7 @@ fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them()
     // kernel's records as they start.
     let busy_a_quarter = || spawn(Command::new(&exe).arg("36000"));
     let mut program = busy_a_quarter();
-    let (first_started, started) = (unix_ns(), Instant::now());
+    let (first_started, started) = (unix_now_ns(), Instant::now());
     let mut respawned = Instant::now();
     let mut processes = 1;
     // The witness: the history holds 10 minutes since the program started
