@@ -8,6 +8,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 const HOUR: Duration = Duration::from_secs(3600);
+/// Matches less than a window's this fraction apart count as one run,
+/// dated by its first match: a run leaves the window at most this
+/// fraction of it early, never late.
+const RUNS_PER_WINDOW: u32 = 1024;
 
 /// A trigger's rate settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +51,13 @@ impl Suppression {
 #[derive(Debug)]
 pub struct Gate {
     rules: GateRules,
-    /// Times of the matches counted towards the next firing (at most
-    /// `count - 1` are kept between calls).
-    matches: VecDeque<Instant>,
+    /// The matches counted towards the next firing, as runs of matches
+    /// seen at about the same time (oldest first): a busy tracepoint
+    /// costs one entry per read, and at most [`RUNS_PER_WINDOW`] entries
+    /// per window, not one per hit.
+    matches: VecDeque<(Instant, u64)>,
+    /// The sum of `matches`' counts: always less than `count`.
+    pending: u64,
     /// Dumps asked in the last hour, oldest first.
     dumps: VecDeque<Instant>,
 }
@@ -59,6 +67,7 @@ impl Gate {
         Self {
             rules,
             matches: VecDeque::new(),
+            pending: 0,
             dumps: VecDeque::new(),
         }
     }
@@ -68,22 +77,47 @@ impl Gate {
     }
 
     /// One match at `now`.
+    #[cfg(test)]
     pub fn on_match(&mut self, now: Instant) -> Verdict {
+        let mut verdict = Verdict::Counting;
+        self.on_matches(now, 1, |v| verdict = v);
+        verdict
+    }
+
+    /// `n` matches at `now`: calls `fired` with the verdict of each firing
+    /// they complete (none while fewer than `count` are in the window).
+    pub fn on_matches(&mut self, now: Instant, mut n: u64, mut fired: impl FnMut(Verdict)) {
         let window = self.rules.window;
-        while let Some(&first) = self.matches.front() {
+        while let Some(&(first, times)) = self.matches.front() {
             if now.saturating_duration_since(first) > window {
                 self.matches.pop_front();
+                self.pending -= times;
             } else {
                 break;
             }
         }
-        self.matches.push_back(now);
-        if (self.matches.len() as u64) < self.rules.count.max(1) {
-            return Verdict::Counting;
+        let count = self.rules.count.max(1);
+        while n > 0 {
+            let needed = count - self.pending;
+            if n < needed {
+                self.pending += n;
+                match self.matches.back_mut() {
+                    Some((at, times))
+                        if now.saturating_duration_since(*at) < window / RUNS_PER_WINDOW =>
+                    {
+                        *times += n
+                    }
+                    _ => self.matches.push_back((now, n)),
+                }
+                return;
+            }
+            // The matches that fired are spent: the next firing needs
+            // `count` new ones.
+            n -= needed;
+            self.matches.clear();
+            self.pending = 0;
+            fired(self.fire(now));
         }
-        // The matches that fired are spent: the next firing needs `count` new ones.
-        self.matches.clear();
-        self.fire(now)
     }
 
     /// Fired at `now` (an interval or a PSI event fires without counting).
@@ -137,6 +171,43 @@ mod tests {
         assert_eq!(g.on_match(t0 + 1300 * MS), Verdict::Counting);
         assert_eq!(g.on_match(t0 + 1400 * MS), Verdict::Counting);
         assert_eq!(g.on_match(t0 + 1500 * MS), Verdict::Dump);
+    }
+
+    #[test]
+    fn many_matches_at_once_fire_once_per_count_and_keep_the_rest() {
+        let t0 = Instant::now();
+        let mut g = Gate::new(rules(1000, S, Duration::ZERO, 60));
+        let mut fired = Vec::new();
+        g.on_matches(t0, 2500, |v| fired.push(v));
+        assert_eq!(fired, [Verdict::Dump, Verdict::Dump]);
+        // 500 left over: 499 more do not fire, the 500th does.
+        fired.clear();
+        g.on_matches(t0 + 100 * MS, 499, |v| fired.push(v));
+        assert!(fired.is_empty());
+        g.on_matches(t0 + 200 * MS, 1, |v| fired.push(v));
+        assert_eq!(fired, [Verdict::Dump]);
+    }
+
+    #[test]
+    fn a_flood_of_reads_keeps_a_bounded_number_of_runs() {
+        let t0 = Instant::now();
+        let mut g = Gate::new(rules(u64::MAX, S, Duration::ZERO, 60));
+        // A read every 100 µs for 10 s: 100,000 reads, 10,000 in a window.
+        for i in 0..100_000u32 {
+            g.on_matches(t0 + i * Duration::from_micros(100), 7, |_| unreachable!());
+        }
+        assert!(
+            g.matches.len() <= RUNS_PER_WINDOW as usize + 1,
+            "{}",
+            g.matches.len()
+        );
+        // What the window holds is still counted (to within a run).
+        let in_window = 7 * 10_000;
+        assert!(
+            g.pending <= in_window && g.pending >= in_window - 7 * 10,
+            "{}",
+            g.pending
+        );
     }
 
     #[test]

@@ -41,11 +41,15 @@ use watch::watch;
 
 /// How often losses are read for `on = "loss"` triggers.
 const LOSS_PERIOD: Duration = Duration::from_millis(500);
-/// A ring that had more than one hit to read is left alone this long: a
-/// busy tracepoint (sched_switch as a condition) then costs at most 100
-/// wake-ups a second per CPU instead of one per hit, while the first hit
-/// after a quiet spell is still seen at once.
+/// A ring that had more than one hit to read is left alone this long,
+/// twice as long after each read that again finds more than one, up to
+/// [`LONGEST_SNOOZE`]: a busy tracepoint (sched_switch as a condition)
+/// then costs 20 wake-ups a second per CPU instead of one per hit, while
+/// the first hit after a quiet spell is still seen at once. The hits of a
+/// snooze are all counted (those the ring had no room for as lost), at
+/// most a snooze late.
 const BUSY_SNOOZE: Duration = Duration::from_millis(10);
+const LONGEST_SNOOZE: Duration = Duration::from_millis(50);
 /// Most hits run through a gate per ring read.
 const MAX_HITS_PER_READ: u64 = 1 << 16;
 /// The tracepoint whose hits name the OOM killer's victim in their
@@ -137,6 +141,8 @@ enum Source {
         rings: Vec<ConditionRing>,
         /// Per ring: not polled before this (see [`BUSY_SNOOZE`]).
         snoozed: Vec<Option<Instant>>,
+        /// Per ring: how long its next snooze lasts.
+        snooze: Vec<Duration>,
         layout: HitLayout,
     },
     Psi {
@@ -275,10 +281,12 @@ impl Conditions {
                             source,
                         })?;
                     let snoozed = vec![None; rings.len()];
+                    let snooze = vec![BUSY_SNOOZE; rings.len()];
                     Source::Tracepoint {
                         event,
                         rings,
                         snoozed,
+                        snooze,
                         layout,
                     }
                 }

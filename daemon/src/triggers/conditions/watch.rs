@@ -10,12 +10,12 @@ use flightrec_config::TriggerScope;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::EventFd;
 
-use super::super::gate::{Suppression, Verdict};
+use super::super::gate::{Gate, Suppression, Verdict};
 use super::cgroups::RESCAN;
 use super::memory::MEMORY_POLL;
 use super::{
-    BUSY_SNOOZE, CgroupNames, Fired, Hit, LOSS_PERIOD, LossReader, MAX_HITS_PER_READ, Sink, Source,
-    Watched, parse_hits,
+    BUSY_SNOOZE, CgroupNames, Fired, Hit, LONGEST_SNOOZE, LOSS_PERIOD, LossReader,
+    MAX_HITS_PER_READ, Sink, Source, Watched, parse_hits,
 };
 
 /// Which poll entry belongs to what.
@@ -150,8 +150,8 @@ fn poll_ready(
 }
 
 /// A tracepoint ring has hits: drains it and judges them. A ring that
-/// had more than one is snoozed for [`BUSY_SNOOZE`], so a busy tracepoint
-/// costs one read per snooze, not one per hit.
+/// had more than one is snoozed (see [`BUSY_SNOOZE`]), so a busy
+/// tracepoint costs one read per snooze, not one per hit.
 fn on_ring(
     w: &mut Watched,
     ring: usize,
@@ -164,6 +164,7 @@ fn on_ring(
         event,
         rings,
         snoozed,
+        snooze,
         layout,
     } = &mut w.source
     else {
@@ -173,9 +174,21 @@ fn on_ring(
     rings[ring].drain(buf);
     let hits = parse_hits(buf, layout);
     if hits.total() > 1 {
-        snoozed[ring] = Some(now + BUSY_SNOOZE);
+        snoozed[ring] = Some(now + snooze[ring]);
+        snooze[ring] = (snooze[ring] * 2).min(LONGEST_SNOOZE);
+    } else {
+        snooze[ring] = BUSY_SNOOZE;
     }
     if hits.total() == 0 {
+        return;
+    }
+    // A burst's hits beyond what the gate can use change nothing but the
+    // count of suppressed firings: capped so a flood costs bounded work.
+    let tally = Tally::of(&mut w.gate, now, hits.total().min(MAX_HITS_PER_READ), true);
+    // What matched (a read of the task's comm, a cgroup's name) is worked
+    // out only for a firing: a busy tracepoint counting towards its
+    // `count` costs no more than the ring's read.
+    if tally.is_empty() {
         return;
     }
     let matched = match hits.sampled.first() {
@@ -185,16 +198,7 @@ fn on_ring(
             cgroup: None,
         },
     };
-    // A burst's hits beyond what the gate can use change nothing but the
-    // count of suppressed firings: capped so a flood costs bounded work.
-    judge(
-        w,
-        now,
-        hits.total().min(MAX_HITS_PER_READ),
-        true,
-        matched,
-        sink,
-    );
+    tally.report(w, matched, sink);
 }
 
 /// What hit `h` of `event` matched: the CPU and task, the victim a
@@ -339,45 +343,57 @@ fn comm_of(pid: u32) -> Option<String> {
 /// `count` is false) and reports each verdict other than Counting, once
 /// per verdict with how many times it happened.
 fn judge(w: &mut Watched, now: Instant, n: u64, count: bool, matched: Match, sink: &Sink) {
-    let (mut dumps, mut cooldown, mut hourly) = (0u64, 0u64, 0u64);
-    let mut last = [None, None, None];
-    for _ in 0..n {
-        let verdict = if count {
-            w.gate.on_match(now)
+    let tally = Tally::of(&mut w.gate, now, n, count);
+    tally.report(w, matched, sink);
+}
+
+/// The firings of one judgement: how many dumps and suppressions of
+/// each kind, with the last verdict of each.
+#[derive(Default)]
+struct Tally([(u64, Option<Verdict>); 3]);
+
+impl Tally {
+    fn of(gate: &mut Gate, now: Instant, n: u64, count: bool) -> Self {
+        let mut tally = Self::default();
+        let mut add = |verdict: Verdict| {
+            let slot = match verdict {
+                Verdict::Counting => return,
+                Verdict::Dump => 0,
+                Verdict::Suppressed(Suppression::Cooldown) => 1,
+                Verdict::Suppressed(Suppression::HourlyLimit) => 2,
+            };
+            tally.0[slot].0 += 1;
+            tally.0[slot].1 = Some(verdict);
+        };
+        if count {
+            gate.on_matches(now, n, add);
         } else {
-            w.gate.fire(now)
-        };
-        let slot = match verdict {
-            Verdict::Counting => continue,
-            Verdict::Dump => {
-                dumps += 1;
-                0
-            }
-            Verdict::Suppressed(Suppression::Cooldown) => {
-                cooldown += 1;
-                1
-            }
-            Verdict::Suppressed(Suppression::HourlyLimit) => {
-                hourly += 1;
-                2
-            }
-        };
-        last[slot] = Some(verdict);
+            add(gate.fire(now));
+        }
+        tally
     }
-    for (times, verdict) in [dumps, cooldown, hourly].into_iter().zip(last) {
-        if let (true, Some(verdict)) = (times > 0, verdict) {
-            sink(Fired {
-                name: w.name.clone(),
-                matched: matched.text.clone(),
-                verdict,
-                times,
-                label: w.label.clone(),
-                compress: w.compress,
-                delay: w.delay,
-                before: w.before,
-                scope: w.scope.clone(),
-                cgroup: matched.cgroup.clone(),
-            });
+
+    /// Nothing fired (so what matched need not be worked out).
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|(times, _)| *times == 0)
+    }
+
+    fn report(self, w: &Watched, matched: Match, sink: &Sink) {
+        for (times, verdict) in self.0 {
+            if let (true, Some(verdict)) = (times > 0, verdict) {
+                sink(Fired {
+                    name: w.name.clone(),
+                    matched: matched.text.clone(),
+                    verdict,
+                    times,
+                    label: w.label.clone(),
+                    compress: w.compress,
+                    delay: w.delay,
+                    before: w.before,
+                    scope: w.scope.clone(),
+                    cgroup: matched.cgroup.clone(),
+                });
+            }
         }
     }
 }
