@@ -1,11 +1,13 @@
 //! The history's drain: one thread that copies every CPU's history ring
-//! into a bounded queue the writer takes from, woken by the kernel when a
-//! ring is a quarter full (epoll on the rings' fds, as perf's reader waits on
-//! its rings) and at least every [`ROUND`].
+//! into a bounded queue the writer takes from (stack copies unwound on
+//! the way where the unwinder is ready for them, see `unwind`), woken by
+//! the kernel when a ring is a quarter full (epoll on the rings' fds, as
+//! perf's reader waits on its rings) and at least every [`ROUND`].
 //!
-//! A drain is a copy, a few hundred microseconds for a full ring, so the
-//! rings are emptied on time while the writer compresses or waits for the
-//! disk. Both run at `history.writer_nice` (-10): under a load of
+//! A drain is a copy, a few hundred microseconds for a full ring (a few
+//! milliseconds for a 16 MiB one of stack copies, ~3 µs each unwound),
+//! so the rings are emptied on time while the writer compresses or waits
+//! for the disk. Both run at `history.writer_nice` (-10): under a load of
 //! hundreds of runnable tasks a nice-0 thread that has work waiting gets
 //! a few milliseconds of CPU a second (measured at 19999 Hz: the writer
 //! waited runnable 10.9 s of 14 s and the queue filled), and raising it
@@ -19,7 +21,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,7 +29,9 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::EventFd;
 
 use super::handle::{Shared, lock};
-use crate::recorder::Recorder;
+use super::unwind::StackUnwinder;
+use crate::abi::layout::RecordLayouts;
+use crate::recorder::{Recorder, layouts_of};
 
 /// How often the rings are drained without a wakeup...
 const ROUND: Duration = Duration::from_millis(200);
@@ -96,6 +100,10 @@ pub(super) struct DrainQueue<R = Recorder> {
     chunks: VecDeque<Drained<R>>,
     bytes: usize,
     spare: Vec<Vec<u8>>,
+    /// The record layouts of the recorder drained last and its event id
+    /// count, for the stack copies unwound as they are drained (weak: a
+    /// recorder a reload replaced closes its rings).
+    layouts: Option<(Weak<R>, usize, RecordLayouts)>,
 }
 
 impl<R> Default for DrainQueue<R> {
@@ -104,6 +112,7 @@ impl<R> Default for DrainQueue<R> {
             chunks: VecDeque::new(),
             bytes: 0,
             spare: Vec::new(),
+            layouts: None,
         }
     }
 }
@@ -143,11 +152,16 @@ impl<R> DrainQueue<R> {
 
     /// Queues a copy of `first` then `second` (a ring's records, in two
     /// parts where it wraps), drained from `cpu`'s ring of `recorder`.
+    #[cfg(test)]
     fn push(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, first: &[u8], second: &[u8]) {
         let mut records = self.buffer();
         records.reserve(first.len() + second.len());
         records.extend_from_slice(first);
         records.extend_from_slice(second);
+        self.queue(recorder, ids, cpu, records);
+    }
+
+    fn queue(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, records: Vec<u8>) {
         self.bytes += records.len();
         self.chunks.push_back(Drained {
             recorder: Arc::clone(recorder),
@@ -160,24 +174,73 @@ impl<R> DrainQueue<R> {
 
 impl DrainQueue {
     /// Drains every history ring of `recorder` into the queue, unless it
-    /// already holds its limit. Returns false when it was full.
-    pub(super) fn drain(&mut self, recorder: &Arc<Recorder>) -> bool {
+    /// already holds its limit. Returns false when it was full. Stack
+    /// copies are unwound as they are copied out of the rings where
+    /// `unwinder` is ready for them and not in use by the writer (which
+    /// unwinds the rest).
+    pub(super) fn drain(
+        &mut self,
+        recorder: &Arc<Recorder>,
+        unwinder: &Mutex<Option<StackUnwinder>>,
+    ) -> bool {
         if self.full(recorder.history_ring_bytes()) {
             return false;
         }
         let before = self.chunks.len();
+        let mut unwinder = match unwinder.try_lock() {
+            Ok(u) => Some(u),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let mut unwinder = unwinder.as_deref_mut().and_then(Option::as_mut);
+        let layouts = unwinder.is_some().then(|| self.layouts_of(recorder));
         // Copied straight out of the rings into the queue's buffers.
         recorder.drain_history(&mut |cpu, first, second| {
-            if !first.is_empty() || !second.is_empty() {
-                self.push(recorder, 0, cpu, first, second);
+            if first.is_empty() && second.is_empty() {
+                return;
             }
+            let mut records = self.buffer();
+            match (unwinder.as_deref_mut(), &layouts) {
+                (Some(u), Some(layouts)) => u.copy_unwinding(
+                    layouts,
+                    first,
+                    second,
+                    &mut |pids| recorder.try_maps_now(pids),
+                    &mut records,
+                ),
+                _ => {
+                    records.reserve(first.len() + second.len());
+                    records.extend_from_slice(first);
+                    records.extend_from_slice(second);
+                }
+            }
+            self.queue(recorder, 0, cpu, records);
         });
+        if let (Some((_, _, kept)), Some(layouts)) = (&mut self.layouts, layouts) {
+            *kept = layouts;
+        }
         // Read after the drain: ids at least those of every ring drained.
         let ids = recorder.event_id_count();
         for chunk in self.chunks.iter_mut().skip(before) {
             chunk.ids = ids;
         }
         true
+    }
+
+    /// The record layouts of `recorder` (taken out of the queue while it
+    /// drains, put back after), made again when it is a new recorder or
+    /// has new event ids.
+    fn layouts_of(&mut self, recorder: &Arc<Recorder>) -> RecordLayouts {
+        let ids = recorder.event_id_count();
+        match &mut self.layouts {
+            Some((r, n, layouts)) if r.as_ptr() == Arc::as_ptr(recorder) && *n == ids => {
+                std::mem::take(layouts)
+            }
+            _ => {
+                self.layouts = Some((Arc::downgrade(recorder), ids, RecordLayouts::default()));
+                layouts_of(&recorder.events())
+            }
+        }
     }
 }
 
@@ -283,7 +346,7 @@ fn run(shared: &Shared, source: &RecorderSource, stop: &EventFd) -> nix::Result<
             continue;
         };
         let mut queue = lock(&shared.drained);
-        full = !queue.drain(&w.recorder);
+        full = !queue.drain(&w.recorder, &shared.unwinder);
         let wake_writer = queue.bytes() >= WAKE_WRITER_AT;
         drop(queue);
         if wake_writer {

@@ -10,6 +10,7 @@ use super::disk::create_dir;
 use super::drain::{DrainQueue, DrainThread};
 use super::retention::SegmentInfo;
 use super::status::{HistorySettings, HistoryStatus, Index};
+use super::unwind::StackUnwinder;
 use super::writer::Writer;
 use crate::recorder::Recorder;
 
@@ -28,6 +29,10 @@ pub(super) struct Shared {
     pub(super) woken: Condvar,
     /// What the drain copied out of the rings for the writer.
     pub(super) drained: Mutex<DrainQueue>,
+    /// Made by the writer once an event takes stack copies
+    /// (`callchain = "dwarf"`); used by the drain when free (it never
+    /// waits for it: the writer holds it while it reads files).
+    pub(super) unwinder: Mutex<Option<StackUnwinder>>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,6 +94,7 @@ impl History {
             wake: Mutex::new(Wake::default()),
             woken: Condvar::new(),
             drained: Mutex::new(DrainQueue::default()),
+            unwinder: Mutex::new(None),
         });
         let drain = DrainThread::spawn(Arc::clone(&shared), Arc::clone(&sources.recorder))?;
         let s2 = Arc::clone(&shared);

@@ -2,9 +2,13 @@
 //!
 //! A `callchain = "dwarf"` sample carries the user registers and a copy of
 //! the user stack (8 KiB by default): kept as it is, a minute of history
-//! holds ~50 times what frame-pointer chains take. So the writer unwinds
-//! each copy as it takes the drained records, while the process still
-//! runs and its files are at hand, and writes the sample back with the
+//! holds ~50 times what frame-pointer chains take. So each copy is
+//! unwound while the process still runs and its files are at hand: by the
+//! drain, in the ring, when the process's unwinder is ready
+//! ([`StackUnwinder::copy_unwinding`]: no file read, no wait for a lock),
+//! else by the writer as it takes the drained records
+//! ([`StackUnwinder::add_unwound`], which reads the files), and the sample
+//! is written back with the
 //! user frames appended to its (kernel) call chain after
 //! `PERF_CONTEXT_USER`, the registers' ABI 0 and an empty stack: the
 //! record's layout is its event's, and a window cut from the history is an
@@ -31,7 +35,7 @@ use flightrec_unwind::{Limits, MapView, REG_IP, TableSource, UnwindTables, Unwin
 use super::batch::Batch;
 use crate::abi::layout::{RecordLayouts, SampleFields};
 use crate::abi::{PERF_CONTEXT_USER, USER_REGS_MASK, mmap_prot, record_type};
-use crate::recorder::Recorder;
+use crate::recorder::{MapsNow, Recorder};
 use crate::ring::filter::RecordFilter;
 use crate::tracking::build_id::{BuildIds, MappedBy, MappedFile, READ_DEADLINE, open_mapped_file};
 use crate::tracking::map_state::MapState;
@@ -188,6 +192,16 @@ pub(super) struct StackUnwinder {
     pub(super) counts: UnwindCounts,
 }
 
+/// Where a walk over a ring's part stopped.
+enum Walked {
+    /// At its end.
+    End,
+    /// At a record that does not end in the part (where the ring wraps).
+    Across(usize),
+    /// At a size under a header's: the rest is not records.
+    Broken(usize),
+}
+
 impl StackUnwinder {
     pub(super) fn new() -> Self {
         StackUnwinder {
@@ -208,6 +222,139 @@ impl StackUnwinder {
     /// looking up their layout.
     pub(super) fn set_smallest_copy(&mut self, bytes: usize) {
         self.smallest_record = bytes;
+    }
+
+    /// Appends a ring's records (`first`, then `second` where the ring
+    /// wraps) to `out` as the drain takes them out of the ring, each stack
+    /// copy of a process whose unwinder is ready replaced by its user
+    /// frames (as [`Self::add_unwound`] does): its maps checked against the
+    /// tracking table less than [`RECHECK_AFTER`] ago (by `maps_now`, which
+    /// does not wait for the table) and covering the sampled IP, its
+    /// files' tables read. Nothing here reads a file or waits for a lock;
+    /// every other record is copied as it is, and the writer unwinds the
+    /// copies among them. Unwound where it lies in
+    /// the ring, a sample's 8 KiB copy is read where framehop looks, not
+    /// copied twice over (out of the ring, then by the writer's walk): that
+    /// copy was a seventh of the daemon's CPU with dwarf stacks.
+    pub(super) fn copy_unwinding(
+        &mut self,
+        layouts: &RecordLayouts,
+        first: &[u8],
+        second: &[u8],
+        maps_now: &mut dyn FnMut(&[u32]) -> Option<MapsNow>,
+        out: &mut Vec<u8>,
+    ) {
+        out.reserve(first.len() + second.len());
+        let now = Instant::now();
+        // The records of `first`, the one across the ring's end (copied as
+        // it is: rare), then those of `second` after it.
+        let from = match self.copy_part(layouts, first, now, maps_now, out) {
+            Walked::End => 0,
+            Walked::Across(at) => {
+                let tail = &first[at..];
+                out.extend_from_slice(tail);
+                let header: Vec<u8> = tail.iter().chain(second).take(8).copied().collect();
+                let size = header
+                    .get(6..8)
+                    .map(|s| u16::from_le_bytes([s[0], s[1]]) as usize);
+                match size {
+                    Some(size) if size >= 8 && size - tail.len() <= second.len() => {
+                        size - tail.len()
+                    }
+                    _ => second.len(),
+                }
+            }
+            Walked::Broken(at) => {
+                out.extend_from_slice(&first[at..]);
+                second.len()
+            }
+        };
+        out.extend_from_slice(&second[..from]);
+        match self.copy_part(layouts, &second[from..], now, maps_now, out) {
+            Walked::End => {}
+            Walked::Across(at) | Walked::Broken(at) => out.extend_from_slice(&second[from + at..]),
+        }
+    }
+
+    /// Appends the whole records of `part` to `out` (stack copies unwound
+    /// where ready), up to where the walk stopped.
+    fn copy_part(
+        &mut self,
+        layouts: &RecordLayouts,
+        part: &[u8],
+        now: Instant,
+        maps_now: &mut dyn FnMut(&[u32]) -> Option<MapsNow>,
+        out: &mut Vec<u8>,
+    ) -> Walked {
+        let min = self.smallest_record.max(8);
+        let (mut at, mut copied) = (0, 0);
+        let stop = loop {
+            if at == part.len() {
+                break Walked::End;
+            }
+            let Some(header) = part.get(at..at + 8) else {
+                break Walked::Across(at);
+            };
+            let size = u16::from_le_bytes([header[6], header[7]]) as usize;
+            if size < 8 {
+                break Walked::Broken(at);
+            }
+            let Some(record) = part.get(at..at + size) else {
+                break Walked::Across(at);
+            };
+            if size >= min
+                && let Some((fields, frames)) = self.unwind_ready(layouts, record, now, maps_now)
+            {
+                out.extend_from_slice(&part[copied..at]);
+                with_user_frames(record, &fields, &frames, out);
+                copied = at + size;
+                self.counts.unwound += 1;
+            }
+            at += size;
+        };
+        out.extend_from_slice(&part[copied..at]);
+        stop
+    }
+
+    /// The user frames of `record` if it is a stack copy whose process's
+    /// unwinder is ready (see [`Self::copy_unwinding`]).
+    fn unwind_ready(
+        &mut self,
+        layouts: &RecordLayouts,
+        record: &[u8],
+        now: Instant,
+        maps_now: &mut dyn FnMut(&[u32]) -> Option<MapsNow>,
+    ) -> Option<(SampleFields, Vec<u64>)> {
+        let (pid, fields) = stack_copy(record, layouts)?;
+        let ip = user_reg(record, &fields, REG_IP)?;
+        let fresh = |k: &Known| {
+            now.saturating_duration_since(k.checked_at) < RECHECK_AFTER
+                && k.maps.as_ref().is_some_and(|m| m.covers(ip))
+        };
+        if !self.known.get(&pid).is_some_and(fresh) {
+            // A process forked since (or due): its maps are looked up
+            // unless the tracking state is in use; a fork shares the
+            // unwinder of its parent.
+            self.check_maps(std::iter::once((pid, Some(ip))), now, &mut *maps_now);
+        }
+        let known = self.known.get(&pid).filter(|k| fresh(k))?;
+        let maps = known.maps.as_ref()?;
+        if !self.unwinding.knows(maps.space) {
+            return None;
+        }
+        let (stack_at, len) = fields.user_stack?;
+        let stack = record.get(stack_at..stack_at + len)?;
+        let dyn_size = get_u64(record, stack_at + len);
+        let reg = |r: u64| user_reg(record, &fields, r);
+        let frames = self.unwinding.unwind(
+            maps.space,
+            i32::try_from(pid).ok()?,
+            reg,
+            stack,
+            dyn_size,
+            Vec::new,
+        )?;
+        (!frames.is_empty()).then_some((fields, frames))
     }
 
     /// A new round; the maps of processes not seen for a while are
@@ -256,7 +403,8 @@ impl StackUnwinder {
                     let ip = user_reg(record_at(records, *at), fields, REG_IP);
                     (*pid, ip)
                 }),
-                recorder,
+                self.round_at,
+                |pids| Some(recorder.maps_now(pids)),
             );
         }
         if self.unwinding.spaces() > MAX_SPACES {
@@ -300,9 +448,10 @@ impl StackUnwinder {
     fn check_maps(
         &mut self,
         samples: impl Iterator<Item = (u32, Option<u64>)>,
-        recorder: &Recorder,
+        now: Instant,
+        maps_now: impl FnOnce(&[u32]) -> Option<MapsNow>,
     ) {
-        let (round, now) = (self.round, self.round_at);
+        let round = self.round;
         let due = |k: &Known, ip: Option<u64>| {
             k.round != round
                 && (now.duration_since(k.checked_at) >= RECHECK_AFTER
@@ -320,7 +469,9 @@ impl StackUnwinder {
         }
         unchecked.sort_unstable();
         unchecked.dedup();
-        let table = recorder.maps_now(&unchecked);
+        let Some(table) = maps_now(&unchecked) else {
+            return;
+        };
         let mut found = table.maps.into_iter().peekable();
         for pid in unchecked {
             // Both sorted by pid: `found` is `unchecked` less the unknown.
@@ -563,6 +714,60 @@ mod tests {
         assert_eq!(new[8..8 + 48], record[8..8 + 48]);
         assert_eq!(layouts.sample_cgroup(new), Some(77));
         assert_eq!(layouts.sample_pid(new), Some(42));
+    }
+
+    #[test]
+    fn records_drained_across_the_rings_end_are_copied_whole_and_in_order() {
+        let mut layouts = RecordLayouts::default();
+        layouts.insert_with_user_regs(5, DWARF, 0b111);
+        let small = |n: u8| {
+            let mut r = vec![n; 24];
+            r[0..4].copy_from_slice(&record_type::COMM.to_le_bytes());
+            r[4..8].copy_from_slice(&[0, 0, 24, 0]);
+            r
+        };
+        let mut ring = Vec::new();
+        for n in 0..3 {
+            ring.extend(small(n));
+            ring.extend(sample(&[
+                crate::abi::PERF_CONTEXT_KERNEL,
+                0xffff_8000 + n as u64,
+            ]));
+        }
+        ring.extend(small(9));
+        // A process the unwinder does not know: every copy stays, and the
+        // records come out as they went in wherever the ring wraps.
+        for split in 0..=ring.len() {
+            let mut unwinder = StackUnwinder::new();
+            unwinder.set_smallest_copy(16);
+            let mut out = vec![0xee];
+            unwinder.copy_unwinding(
+                &layouts,
+                &ring[..split],
+                &ring[split..],
+                &mut |_| None,
+                &mut out,
+            );
+            assert_eq!(out[0], 0xee);
+            assert_eq!(&out[1..], &ring[..], "split at {split}");
+            assert_eq!(unwinder.counts, UnwindCounts::default());
+        }
+        let unwinder = &mut StackUnwinder::new();
+        // A size under a header's: the rest is copied as it is.
+        let mut broken = small(1);
+        broken.extend([0u8; 8]);
+        broken.extend(small(2));
+        for split in [0, 10, 24, 30, broken.len()] {
+            let mut out = Vec::new();
+            unwinder.copy_unwinding(
+                &layouts,
+                &broken[..split],
+                &broken[split..],
+                &mut |_| None,
+                &mut out,
+            );
+            assert_eq!(out, broken, "split at {split}");
+        }
     }
 
     #[test]

@@ -65,8 +65,6 @@ pub(super) struct Writer {
     ids: usize,
     /// Kept from frame to frame (made at the first write).
     encoder: Option<FrameEncoder>,
-    /// Made once an event takes stack copies (`callchain = "dwarf"`).
-    unwinder: Option<StackUnwinder>,
 }
 
 impl Writer {
@@ -82,7 +80,6 @@ impl Writer {
             retry_at: None,
             ids: 0,
             encoder: None,
-            unwinder: None,
         }
     }
 
@@ -186,7 +183,7 @@ impl Writer {
             .map(|e| e.attr.sample_stack_user.min(32 << 10) as usize)
             .min();
         if let Some(bytes) = smallest_copy {
-            self.unwinder
+            lock(&self.shared.unwinder)
                 .get_or_insert_with(StackUnwinder::new)
                 .set_smallest_copy(bytes);
         }
@@ -197,12 +194,12 @@ impl Writer {
     fn take_drained(&mut self, recorder: &Arc<Recorder>) {
         let chunks = {
             let mut queue = lock(&self.shared.drained);
-            queue.drain(recorder);
+            queue.drain(recorder, &self.shared.unwinder);
             queue.take()
         };
         let mut lost_now: Vec<(u32, u64)> = Vec::new();
         let mut spent = Vec::with_capacity(chunks.len());
-        if let Some(u) = &mut self.unwinder {
+        if let Some(u) = lock(&self.shared.unwinder).as_mut() {
             u.begin_round();
         }
         for chunk in chunks {
@@ -218,9 +215,11 @@ impl Writer {
                     continue;
                 }
             }
-            // Stack copies become call chains here, off the drain.
+            // The stack copies the drain left (their processes' maps or
+            // files not read yet) become call chains here: the unwinder
+            // is held chunk by chunk, so that the drain can use it between.
             let batch = self.pending.cpus.entry(chunk.cpu).or_default();
-            let lost = match &mut self.unwinder {
+            let lost = match lock(&self.shared.unwinder).as_mut() {
                 Some(u) => u.add_unwound(batch, &chunk.records, &self.layouts, &chunk.recorder),
                 None => batch.add(&chunk.records, &self.layouts),
             };
@@ -229,7 +228,7 @@ impl Writer {
             }
             spent.push(chunk.records);
         }
-        if let Some(u) = &mut self.unwinder {
+        if let Some(u) = lock(&self.shared.unwinder).as_mut() {
             let counts = std::mem::take(&mut u.counts);
             if counts != UnwindCounts::default() {
                 let mut index = lock(&self.shared.index);

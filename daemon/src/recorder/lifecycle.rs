@@ -371,7 +371,21 @@ impl Recorder {
     /// since the tracking drain's last round: 6% of the stack copies under
     /// a load that forks were kept for want of their process otherwise).
     pub fn maps_now(&self, pids: &[u32]) -> MapsNow {
-        let mut tracking = lock(&self.live.tracking);
+        Self::maps_in(lock(&self.live.tracking), pids)
+    }
+
+    /// [`Self::maps_now`], or None when the tracking state is in use (a
+    /// dump walking it): for the history's drain, which does not wait.
+    pub fn try_maps_now(&self, pids: &[u32]) -> Option<MapsNow> {
+        let tracking = match self.live.tracking.try_lock() {
+            Ok(t) => t,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(Self::maps_in(tracking, pids))
+    }
+
+    fn maps_in(mut tracking: std::sync::MutexGuard<'_, Tracking>, pids: &[u32]) -> MapsNow {
         tracking.drain();
         let table = tracking.log().current_table();
         MapsNow {
