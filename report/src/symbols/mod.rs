@@ -26,7 +26,7 @@ pub mod debuginfod;
 pub(crate) use flightrec_files::elf_layout;
 pub mod jit;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
@@ -39,7 +39,7 @@ use flightrec_files::Links;
 use flightrec_files::elf::copy_if_build_id;
 use flightrec_perfdata::kallsyms::kallsyms_text;
 
-use crate::model::{FrameKey, Snapshot};
+use crate::model::{FrameId, FrameKey, Snapshot};
 use debuginfod::Debuginfod;
 use jit::{JitMap, JitSymbols};
 
@@ -466,16 +466,26 @@ fn with_why(reason: String, why: &[String]) -> String {
     }
 }
 
-/// The processes whose samples (on and off CPU) hold each frame.
+/// The processes whose samples (on and off CPU) hold each user frame.
 fn frame_pids(snap: &Snapshot) -> HashMap<usize, Vec<u32>> {
+    // Each (process, stack) and each (frame, process) once: a window of
+    // minutes on a busy machine holds thousands of processes, all with
+    // libc's frames, and a list searched per frame and sample made this
+    // quadratic (minutes for a 10-minute window). Kernel frames are
+    // neither in a file a process holds nor in a perf map.
+    let mut stacks_seen: HashSet<(u32, u32)> = HashSet::new();
+    let mut frames_seen: HashSet<(FrameId, u32)> = HashSet::new();
     let mut out: HashMap<usize, Vec<u32>> = HashMap::new();
     let mut add = |thread: u32, stack: u32| {
         let pid = snap.threads[thread as usize].pid;
         let Ok(pid) = u32::try_from(pid) else { return };
+        if !stacks_seen.insert((pid, stack)) {
+            return;
+        }
         for &f in &snap.stacks[stack as usize] {
-            let pids = out.entry(f as usize).or_default();
-            if !pids.contains(&pid) {
-                pids.push(pid);
+            let in_kernel = matches!(snap.frames[f as usize].key, FrameKey::Kernel { .. });
+            if !in_kernel && frames_seen.insert((f, pid)) {
+                out.entry(f as usize).or_default().push(pid);
             }
         }
     };
@@ -829,6 +839,48 @@ mod tests {
             }],
             ..Snapshot::default()
         }
+    }
+
+    #[test]
+    fn each_user_frame_lists_the_processes_holding_it_once_in_the_order_seen() {
+        use crate::model::{Sample, Thread};
+        let mut snap = snap_with_user_frame("/usr/lib/libc.so.6", None);
+        snap.frames.push(Frame {
+            key: FrameKey::Kernel {
+                addr: 0xffff_ffff_8100_0000,
+            },
+            addr: 0xffff_ffff_8100_0000,
+        });
+        // Two stacks through the user frame, one with a kernel frame on
+        // top; 3000 processes of two threads, a few samples each.
+        snap.stacks = vec![vec![0], vec![0, 1]];
+        for pid in (0..3000).rev() {
+            for tid in [pid, pid + 100_000] {
+                snap.threads.push(Thread {
+                    pid,
+                    tid,
+                    comm: "worker".into(),
+                });
+            }
+        }
+        for (thread, stack) in (0..snap.threads.len() as u32).flat_map(|t| [(t, 0), (t, 1), (t, 1)])
+        {
+            snap.samples.push(Sample {
+                time: 0,
+                cpu: 0,
+                event: 0,
+                thread,
+                stack,
+                period: 1,
+                cgroup: None,
+            });
+        }
+        let pids = frame_pids(&snap);
+        let expected: Vec<u32> = (0..3000).rev().collect();
+        assert_eq!(pids.get(&0), Some(&expected));
+        // Kernel frames are in no process's file nor perf map.
+        assert_eq!(pids.get(&1), None);
+        assert_eq!(pids.len(), 1);
     }
 
     #[test]
