@@ -150,17 +150,6 @@ impl<R> DrainQueue<R> {
         largest.map_or_else(Vec::new, |i| self.spare.swap_remove(i))
     }
 
-    /// Queues a copy of `first` then `second` (a ring's records, in two
-    /// parts where it wraps), drained from `cpu`'s ring of `recorder`.
-    #[cfg(test)]
-    fn push(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, first: &[u8], second: &[u8]) {
-        let mut records = self.buffer();
-        records.reserve(first.len() + second.len());
-        records.extend_from_slice(first);
-        records.extend_from_slice(second);
-        self.queue(recorder, ids, cpu, records);
-    }
-
     fn queue(&mut self, recorder: &Arc<R>, ids: usize, cpu: u32, records: Vec<u8>) {
         self.bytes += records.len();
         self.chunks.push_back(Drained {
@@ -386,13 +375,23 @@ mod tests {
         assert_eq!(fate(Some(&new), 4, &new, &chunk(&old, 4)), Fate::Stale);
     }
 
+    /// Queues a copy of `first` then `second` (a ring's records, in two
+    /// parts where it wraps), drained from `cpu`'s ring of `recorder`.
+    fn push(q: &mut DrainQueue<u8>, recorder: &Arc<u8>, cpu: u32, first: &[u8], second: &[u8]) {
+        let mut records = q.buffer();
+        records.reserve(first.len() + second.len());
+        records.extend_from_slice(first);
+        records.extend_from_slice(second);
+        q.queue(recorder, 2, cpu, records);
+    }
+
     #[test]
     fn the_queue_keeps_order_and_is_full_at_twice_the_rings_or_16_mib() {
         let r = Arc::new(0u8);
         let mut q: DrainQueue<u8> = DrainQueue::default();
         assert!(!q.full(1 << 20));
-        q.push(&r, 2, 0, &[1; 6 << 20], &[1; 2 << 20]);
-        q.push(&r, 2, 1, &[2; 8 << 20], &[]);
+        push(&mut q, &r, 0, &[1; 6 << 20], &[1; 2 << 20]);
+        push(&mut q, &r, 1, &[2; 8 << 20], &[]);
         assert_eq!(q.bytes(), 16 << 20);
         // Small rings: the 16 MiB floor.
         assert!(q.full(1 << 20));
@@ -416,7 +415,7 @@ mod tests {
         assert_eq!(q.spare.len(), 2);
         q.spare.clear();
         q.recycle(Vec::with_capacity(1 << 20));
-        q.push(&r, 2, 3, &[3; 4], &[4; 2]);
+        push(&mut q, &r, 3, &[3; 4], &[4; 2]);
         let again = q.take();
         assert_eq!(again[0].records, vec![3, 3, 3, 3, 4, 4]);
         assert!(again[0].records.capacity() >= 1 << 20);

@@ -716,6 +716,19 @@ mod tests {
         assert_eq!(layouts.sample_pid(new), Some(42));
     }
 
+    /// Drains `ring`'s bytes as a ring holds them when its end falls at
+    /// `split`, no process's maps known, into `out`.
+    fn drain_split(
+        unwinder: &mut StackUnwinder,
+        layouts: &RecordLayouts,
+        ring: &[u8],
+        split: usize,
+        out: &mut Vec<u8>,
+    ) {
+        let (before, after) = ring.split_at(split);
+        unwinder.copy_unwinding(layouts, before, after, &mut |_| None, out);
+    }
+
     #[test]
     fn records_drained_across_the_rings_end_are_copied_whole_and_in_order() {
         let mut layouts = RecordLayouts::default();
@@ -741,13 +754,7 @@ mod tests {
             let mut unwinder = StackUnwinder::new();
             unwinder.set_smallest_copy(16);
             let mut out = vec![0xee];
-            unwinder.copy_unwinding(
-                &layouts,
-                &ring[..split],
-                &ring[split..],
-                &mut |_| None,
-                &mut out,
-            );
+            drain_split(&mut unwinder, &layouts, &ring, split, &mut out);
             assert_eq!(out[0], 0xee);
             assert_eq!(&out[1..], &ring[..], "split at {split}");
             assert_eq!(unwinder.counts, UnwindCounts::default());
@@ -759,13 +766,7 @@ mod tests {
         broken.extend(small(2));
         for split in [0, 10, 24, 30, broken.len()] {
             let mut out = Vec::new();
-            unwinder.copy_unwinding(
-                &layouts,
-                &broken[..split],
-                &broken[split..],
-                &mut |_| None,
-                &mut out,
-            );
+            drain_split(unwinder, &layouts, &broken, split, &mut out);
             assert_eq!(out, broken, "split at {split}");
         }
     }

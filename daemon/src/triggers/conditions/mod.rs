@@ -50,6 +50,44 @@ const LOSS_PERIOD: Duration = Duration::from_millis(500);
 /// most a snooze late.
 const BUSY_SNOOZE: Duration = Duration::from_millis(10);
 const LONGEST_SNOOZE: Duration = Duration::from_millis(50);
+
+/// A tracepoint ring's snooze (see [`BUSY_SNOOZE`]).
+#[derive(Clone, Copy)]
+struct Snooze {
+    /// Not polled before this.
+    until: Option<Instant>,
+    /// How long the next snooze lasts.
+    next: Duration,
+}
+
+impl Default for Snooze {
+    fn default() -> Self {
+        Snooze {
+            until: None,
+            next: BUSY_SNOOZE,
+        }
+    }
+}
+
+impl Snooze {
+    /// After a read of the ring: snoozed if it was busy (more than one
+    /// hit), each snooze in a row twice as long; else the next is short.
+    fn after_read(&mut self, hits: u64, now: Instant) {
+        if hits > 1 {
+            self.until = Some(now + self.next);
+            self.next = (self.next * 2).min(LONGEST_SNOOZE);
+        } else {
+            self.next = BUSY_SNOOZE;
+        }
+    }
+
+    /// Ends the snooze if it is over; when it is not, the instant it ends.
+    fn wakes(&mut self, now: Instant) -> Option<Instant> {
+        self.until = self.until.filter(|&until| until > now);
+        self.until
+    }
+}
+
 /// Most hits run through a gate per ring read.
 const MAX_HITS_PER_READ: u64 = 1 << 16;
 /// The tracepoint whose hits name the OOM killer's victim in their
@@ -139,10 +177,8 @@ enum Source {
     Tracepoint {
         event: String,
         rings: Vec<ConditionRing>,
-        /// Per ring: not polled before this (see [`BUSY_SNOOZE`]).
-        snoozed: Vec<Option<Instant>>,
-        /// Per ring: how long its next snooze lasts.
-        snooze: Vec<Duration>,
+        /// Per ring: whether it is left alone for now.
+        snoozes: Vec<Snooze>,
         layout: HitLayout,
     },
     Psi {
@@ -280,13 +316,11 @@ impl Conditions {
                             name: name.clone(),
                             source,
                         })?;
-                    let snoozed = vec![None; rings.len()];
-                    let snooze = vec![BUSY_SNOOZE; rings.len()];
+                    let snoozes = vec![Snooze::default(); rings.len()];
                     Source::Tracepoint {
                         event,
                         rings,
-                        snoozed,
-                        snooze,
+                        snoozes,
                         layout,
                     }
                 }
@@ -482,5 +516,34 @@ impl Drop for Conditions {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_ring_snoozes_twice_as_long_each_time_and_a_quiet_read_resets_it() {
+        let start = Instant::now();
+        let mut snooze = Snooze::default();
+        // One hit: not snoozed, the ring is polled at once again.
+        snooze.after_read(1, start);
+        assert_eq!(snooze.wakes(start), None);
+        // Busy reads in a row: 10, 20, 40, then 50 ms at most.
+        let mut now = start;
+        for ms in [10, 20, 40, 50, 50] {
+            snooze.after_read(2, now);
+            let until = now + Duration::from_millis(ms);
+            assert_eq!(snooze.wakes(now), Some(until), "{ms} ms");
+            assert_eq!(snooze.wakes(until - Duration::from_millis(1)), Some(until));
+            // Over at its end: polled again.
+            assert_eq!(snooze.wakes(until), None);
+            now = until;
+        }
+        // A quiet read: the next busy one snoozes 10 ms again.
+        snooze.after_read(0, now);
+        snooze.after_read(5, now);
+        assert_eq!(snooze.wakes(now), Some(now + BUSY_SNOOZE));
     }
 }

@@ -14,8 +14,8 @@ use super::super::gate::{Gate, Suppression, Verdict};
 use super::cgroups::RESCAN;
 use super::memory::MEMORY_POLL;
 use super::{
-    BUSY_SNOOZE, CgroupNames, Fired, Hit, LONGEST_SNOOZE, LOSS_PERIOD, LossReader,
-    MAX_HITS_PER_READ, Sink, Source, Watched, parse_hits,
+    CgroupNames, Fired, Hit, LOSS_PERIOD, LossReader, MAX_HITS_PER_READ, Sink, Source, Watched,
+    parse_hits,
 };
 
 /// Which poll entry belongs to what.
@@ -69,13 +69,8 @@ fn poll_timeout(watched: &mut [Watched], now: Instant) -> PollTimeout {
     for w in watched {
         let due = match &mut w.source {
             Source::Loss { next, .. } | Source::Interval { next, .. } => Some(*next),
-            Source::Tracepoint { snoozed, .. } => {
-                for s in snoozed.iter_mut() {
-                    if s.is_some_and(|until| until <= now) {
-                        *s = None;
-                    }
-                }
-                snoozed.iter().flatten().min().copied()
+            Source::Tracepoint { snoozes, .. } => {
+                snoozes.iter_mut().filter_map(|s| s.wakes(now)).min()
             }
             Source::Psi { watch, .. } => watch.cgroups.as_ref().map(|c| c.next_scan),
             Source::CgroupMemory(m) => Some(m.next_poll.min(m.next_scan)),
@@ -107,9 +102,9 @@ fn poll_ready(
     let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
     for (wi, w) in watched.iter().enumerate() {
         match &w.source {
-            Source::Tracepoint { rings, snoozed, .. } => {
+            Source::Tracepoint { rings, snoozes, .. } => {
                 for (ri, r) in rings.iter().enumerate() {
-                    if snoozed[ri].is_some() {
+                    if snoozes[ri].until.is_some() {
                         continue;
                     }
                     fds.push(PollFd::new(r.fd(), PollFlags::POLLIN));
@@ -150,7 +145,7 @@ fn poll_ready(
 }
 
 /// A tracepoint ring has hits: drains it and judges them. A ring that
-/// had more than one is snoozed (see [`BUSY_SNOOZE`]), so a busy
+/// had more than one is snoozed (see [`super::BUSY_SNOOZE`]), so a busy
 /// tracepoint costs one read per snooze, not one per hit.
 fn on_ring(
     w: &mut Watched,
@@ -163,8 +158,7 @@ fn on_ring(
     let Source::Tracepoint {
         event,
         rings,
-        snoozed,
-        snooze,
+        snoozes,
         layout,
     } = &mut w.source
     else {
@@ -173,12 +167,7 @@ fn on_ring(
     buf.clear();
     rings[ring].drain(buf);
     let hits = parse_hits(buf, layout);
-    if hits.total() > 1 {
-        snoozed[ring] = Some(now + snooze[ring]);
-        snooze[ring] = (snooze[ring] * 2).min(LONGEST_SNOOZE);
-    } else {
-        snooze[ring] = BUSY_SNOOZE;
-    }
+    snoozes[ring].after_read(hits.total(), now);
     if hits.total() == 0 {
         return;
     }
