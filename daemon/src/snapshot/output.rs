@@ -4,8 +4,9 @@
 //! in the output directory, its mode and group set on the descriptor
 //! (`flightrec_files::NewFile`; see [`is_temp_file_name`]: the store
 //! removes such leftovers of a crash), written with large `pwrite()`s
-//! ([`FileOutput`]), fsync'ed, renamed to its final name (never over an
-//! existing file) and the directory fsync'ed. A file placed before it in
+//! (direct I/O where the filesystem allows it: [`FileOutput`]), fsync'ed,
+//! renamed to its final name (never over an existing file) and the
+//! directory fsync'ed. A file placed before it in
 //! the same directory without a sync (the store's sidecar,
 //! [`Target::placed`]) is synced after its data and before its rename,
 //! and the one directory sync covers both names. On any error (a full
@@ -19,10 +20,12 @@
 //! (reserved, unwritten) block and a `page_mkwrite`, then the unmap: 2,700
 //! faults for a 12 MB snapshot, 40% of the dump thread's CPU time under
 //! load, where `pwrite()` of 1 MiB pieces costs a quarter of the map's CPU
-//! (BENCHMARKS.md section 18). As each large piece is written its
-//! write-back is started (`posix_fadvise(DONTNEED)`, on which Linux
-//! starts it), so the disk works while the next CPU's records are
-//! encoded and the final fsync finds most of the file written.
+//! (BENCHMARKS.md section 18). Through the page cache, as each large
+//! piece is written its write-back is started (`posix_fadvise(DONTNEED)`,
+//! on which Linux starts it), so the disk works while the next CPU's
+//! records are encoded and the final fsync finds most of the file
+//! written; with direct I/O each piece is on the disk when its write
+//! returns.
 //!
 //! Writing is meant to run on its own thread after the capture returned:
 //! the capture never waits on the disk.
@@ -438,63 +441,135 @@ fn commit(
 }
 
 /// A new file written with large `pwrite()`s at the end of what it
-/// holds: pieces under [`WRITE_BYTES`] are gathered first. The write-back
-/// of what is written is started as it grows (but for the first page,
-/// where the header goes last), so the final sync has little left to do.
+/// holds: pieces under [`WRITE_BYTES`] are gathered first.
+///
+/// Where the filesystem allows it, the file is written with direct I/O
+/// (`O_DIRECT`), from one page-aligned buffer of [`WRITE_BYTES`] the
+/// records are copied into: a buffered write copies every byte into pages
+/// of the page cache allocated for it, which cost the dump thread 56-70%
+/// of its CPU time at 32 MiB per CPU (BENCHMARKS.md section 26), where a
+/// copy into the one reused buffer is a few milliseconds, and the sync
+/// before the rename finds the data on the disk. The last partial block
+/// and the header (patched last) are written through the page cache.
+/// Where direct I/O is refused (a filesystem without it, `EINVAL`), the
+/// file is written through the page cache, and its write-back is started
+/// as it grows (but for the first page, where the header goes last), so
+/// the final sync has little left to do.
 pub struct FileOutput<'f> {
     file: &'f File,
     /// Bytes gathered, not written yet: they go at `written`.
-    pending: Vec<u8>,
+    pending: Staging,
     /// Bytes written to the file.
     written: u64,
-    /// Where the write-back started so far ends.
+    /// Where the write-back started so far ends (page cache only).
     written_back: u64,
+    /// Written with `O_DIRECT`, a whole buffer at a time.
+    direct: bool,
+}
+
+/// A page-aligned buffer of [`WRITE_BYTES`], as direct I/O needs.
+#[derive(Default)]
+struct Staging {
+    buf: Vec<u8>,
+    /// Where the aligned part of `buf` starts.
+    start: usize,
+    len: usize,
+}
+
+impl Staging {
+    fn new() -> Self {
+        let page = crate::perf::page_size();
+        let buf = vec![0u8; WRITE_BYTES + page];
+        let start = buf.as_ptr().align_offset(page);
+        Self { buf, start, len: 0 }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+
+    fn room(&self) -> usize {
+        WRITE_BYTES - self.len
+    }
+
+    /// Copies as much of `bytes` as fits; returns how much.
+    fn fill(&mut self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.room());
+        let at = self.start + self.len;
+        self.buf[at..at + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        n
+    }
 }
 
 impl<'f> FileOutput<'f> {
     fn new(file: &'f File) -> Self {
+        let direct = set_direct(file, true).is_ok();
         Self {
             file,
-            pending: Vec::new(),
+            pending: Staging::new(),
             written: 0,
             written_back: crate::perf::page_size() as u64,
+            direct,
         }
     }
 
     /// Bytes given so far (the file offset of the next byte).
     fn len(&self) -> u64 {
-        self.written + self.pending.len() as u64
+        self.written + self.pending.len as u64
     }
 
-    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        if self.pending.len() + buf.len() <= WRITE_BYTES {
-            self.pending.extend_from_slice(buf);
-            return Ok(());
+    fn write(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        if !self.direct && self.pending.len + buf.len() > WRITE_BYTES && buf.len() >= WRITE_BYTES {
+            // Large enough to write from the caller's memory at once.
+            self.write_pending()?;
+            return self.put(buf);
         }
-        self.write_pending()?;
-        if buf.len() < WRITE_BYTES {
-            self.pending.extend_from_slice(buf);
-            return Ok(());
+        while !buf.is_empty() {
+            let n = self.pending.fill(buf);
+            buf = &buf[n..];
+            if self.pending.room() == 0 {
+                self.write_pending()?;
+            }
         }
-        self.put(buf)
-    }
-
-    fn write_pending(&mut self) -> io::Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let pending = std::mem::take(&mut self.pending);
-        self.put(&pending)?;
-        self.pending = pending;
-        self.pending.clear();
         Ok(())
     }
 
-    /// Writes `buf` at the end of the file, then starts the write-back of
-    /// the whole pages written since the last start, once they make a
-    /// piece worth it.
+    fn write_pending(&mut self) -> io::Result<()> {
+        if self.pending.len == 0 {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let put = self.put(pending.bytes());
+        self.pending = pending;
+        self.pending.len = 0;
+        put
+    }
+
+    /// Writes `buf` at the end of the file. With direct I/O a refusal
+    /// (`EINVAL`: the filesystem, or a partial last block) turns it off
+    /// and the same bytes go through the page cache. Through the page
+    /// cache, the write-back of the whole pages written since the last
+    /// start is started once they make a piece worth it.
     fn put(&mut self, buf: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
+        if self.direct && buf.len() % crate::perf::page_size() != 0 {
+            self.leave_direct()?;
+        }
+        if self.direct {
+            match self.file.write_all_at(buf, self.written) {
+                Ok(()) => {
+                    self.written += buf.len() as u64;
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.leave_direct()?,
+                Err(e) => return Err(e),
+            }
+        }
         self.file.write_all_at(buf, self.written)?;
         self.written += buf.len() as u64;
         let page = crate::perf::page_size() as u64;
@@ -515,11 +590,35 @@ impl<'f> FileOutput<'f> {
         Ok(())
     }
 
+    /// From here on through the page cache (where the write-back of what
+    /// direct I/O wrote needs no start).
+    fn leave_direct(&mut self) -> io::Result<()> {
+        if self.direct {
+            set_direct(self.file, false)?;
+            self.direct = false;
+            self.written_back = self.written_back.max(self.written);
+        }
+        Ok(())
+    }
+
     /// Writes what is gathered; returns the file's length.
     fn finish(mut self) -> io::Result<u64> {
         self.write_pending()?;
         Ok(self.written)
     }
+}
+
+/// Turns `O_DIRECT` on or off for `file`'s open file description.
+fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
+    let flags = if on {
+        flags | OFlag::O_DIRECT
+    } else {
+        flags - OFlag::O_DIRECT
+    };
+    fcntl(file, FcntlArg::F_SETFL(flags))?;
+    Ok(())
 }
 
 impl Sink for FileOutput<'_> {
@@ -536,12 +635,16 @@ impl Sink for FileOutput<'_> {
         }
         let in_file = usize::try_from(self.written.saturating_sub(offset))
             .map_or(bytes.len(), |n| n.min(bytes.len()));
-        self.file.write_all_at(&bytes[..in_file], offset)?;
+        if in_file > 0 {
+            // A patch (the header) is small and unaligned.
+            self.leave_direct()?;
+            self.file.write_all_at(&bytes[..in_file], offset)?;
+        }
         let rest = &bytes[in_file..];
         if !rest.is_empty() {
             let at = usize::try_from(offset + in_file as u64 - self.written)
                 .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-            self.pending[at..at + rest.len()].copy_from_slice(rest);
+            self.pending.bytes_mut()[at..at + rest.len()].copy_from_slice(rest);
         }
         Ok(())
     }
@@ -581,33 +684,46 @@ mod tests {
 
     #[test]
     fn file_output_gathers_small_pieces_writes_large_ones_and_patches_anywhere() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        let mut out = FileOutput::new(&file);
-        let small: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
-        let large: Vec<u8> = (0..=250u8).cycle().take(WRITE_BYTES * 3 + 17).collect();
-        let mut want = Vec::new();
-        for piece in [&small, &large, &small, &small, &large, &small] {
-            out.append(piece).unwrap();
-            want.extend_from_slice(piece);
+        // Direct I/O (where the temporary directory's filesystem has it),
+        // then through the page cache.
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out");
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .unwrap();
+            let mut out = FileOutput::new(&file);
+            if !direct {
+                out.leave_direct().unwrap();
+            } else if !out.direct {
+                eprintln!("{}: no direct I/O on this filesystem", dir.path().display());
+                continue;
+            }
+            let small: Vec<u8> = (0..=255u8).cycle().take(3001).collect();
+            let large: Vec<u8> = (0..=250u8).cycle().take(WRITE_BYTES * 3 + 17).collect();
+            let mut want = Vec::new();
+            for piece in [&small, &large, &small, &small, &large, &small] {
+                out.append(piece).unwrap();
+                want.extend_from_slice(piece);
+            }
+            // Whole buffers went to the file as they filled.
+            assert_eq!(out.direct, direct);
+            assert!(out.written >= (WRITE_BYTES * 6) as u64, "{}", out.written);
+            // A header over what is in the file, and a patch across the
+            // end of the file into what is still gathered.
+            out.write_at(0, b"HEADER").unwrap();
+            want[..6].copy_from_slice(b"HEADER");
+            let edge = out.written - 3;
+            out.write_at(edge, b"ACROSS").unwrap();
+            want[edge as usize..edge as usize + 6].copy_from_slice(b"ACROSS");
+            assert!(out.write_at(want.len() as u64 - 2, b"PAST").is_err());
+            let len = out.finish().unwrap();
+            assert_eq!(len, want.len() as u64);
+            assert!(std::fs::read(&path).unwrap() == want, "direct: {direct}");
         }
-        // A header over what is in the file, and a patch across the end
-        // of the file into what is still gathered.
-        out.write_at(0, b"HEADER").unwrap();
-        want[..6].copy_from_slice(b"HEADER");
-        let edge = out.written - 3;
-        out.write_at(edge, b"ACROSS").unwrap();
-        want[edge as usize..edge as usize + 6].copy_from_slice(b"ACROSS");
-        assert!(out.write_at(want.len() as u64 - 2, b"PAST").is_err());
-        let len = out.finish().unwrap();
-        assert_eq!(len, want.len() as u64);
-        assert!(std::fs::read(&path).unwrap() == want);
     }
 
     #[test]
