@@ -557,7 +557,7 @@ impl<'f> FileOutput<'f> {
     /// start is started once they make a piece worth it.
     fn put(&mut self, buf: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
-        if self.direct && buf.len() % crate::perf::page_size() != 0 {
+        if self.direct && !buf.len().is_multiple_of(crate::perf::page_size()) {
             self.leave_direct()?;
         }
         if self.direct {
