@@ -72,20 +72,16 @@ fn dump_path(v: &Value) -> &Path {
 }
 
 fn samples_lost_in_status(d: &Daemon) -> u64 {
-    d.json(&["status"])["cpus"]
-        .as_array()
-        .expect("status cpus")
-        .iter()
-        .map(|c| c["lost_samples"].as_u64().expect("lost_samples"))
-        .sum()
+    cpus_sum(&d.json(&["status"]), "lost_samples")
 }
 
-fn lost_tracking(status: &Value) -> u64 {
+/// `key` of every CPU in a `status` reply, summed.
+fn cpus_sum(status: &Value, key: &str) -> u64 {
     status["cpus"]
         .as_array()
         .expect("status cpus")
         .iter()
-        .map(|c| c["lost_tracking"].as_u64().expect("lost_tracking"))
+        .map(|c| c[key].as_u64().unwrap_or_else(|| panic!("{key} in {c}")))
         .sum()
 }
 
@@ -164,7 +160,7 @@ fn a_real_loss_in_a_tiny_tracking_ring_is_still_reported() {
     // witness, then one dump holds the loss (the 4 MiB window reaches back
     // over the whole test).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while lost_tracking(&d.json(&["status"])) == 0 {
+    while cpus_sum(&d.json(&["status"]), "lost_tracking") == 0 {
         assert!(
             Instant::now() < deadline,
             "no tracking loss counted in 60 s; status: {}",
@@ -190,7 +186,7 @@ fn a_real_loss_in_a_tiny_tracking_ring_is_still_reported() {
         lost.len()
     );
     let status = d.json(&["status"]);
-    let lost_tracking = lost_tracking(&status);
+    let lost_tracking = cpus_sum(&status, "lost_tracking");
     assert_eq!(
         status["tracking"]["lost_records"].as_u64(),
         Some(lost_tracking),
