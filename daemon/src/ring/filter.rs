@@ -163,12 +163,22 @@ impl<'a> RecordFilter<'a> {
     }
 
     /// What `bytes` holds that this filter keeps, and the pids of the
-    /// samples kept (sorted, each once), changing nothing.
-    pub fn scan_samples(&self, bytes: &[u8]) -> (Kept, Vec<u32>) {
+    /// samples kept (sorted, each once), changing nothing; `each(record,
+    /// layout)` is called for every kept record whose event is known, in
+    /// the same walk.
+    pub fn scan_samples(
+        &self,
+        bytes: &[u8],
+        mut each: impl FnMut(&[u8], SampleLayout),
+    ) -> (Kept, Vec<u32>) {
         let mut pids = Vec::new();
         let mut last = None;
         let kept = self.walk_with_layout(bytes, |_, record, layout| {
-            if let Some(pid) = layout.and_then(|l| l.sample_pid(record))
+            let Some(layout) = layout else {
+                return;
+            };
+            each(record, layout);
+            if let Some(pid) = layout.sample_pid(record)
                 && last != Some(pid)
             {
                 pids.push(pid);

@@ -402,13 +402,14 @@ impl<'h, S: Sink> Encoder<'h, S> {
         event_id: Option<u64>,
         records: &[u8],
     ) -> Result<Kept, PerfDataError> {
-        let (kept, pids) = RecordFilter::all(&self.layouts).scan_samples(records);
+        let sampled_cgroups = &mut self.sampled_cgroups;
+        let (kept, pids) =
+            RecordFilter::all(&self.layouts).scan_samples(records, |record, layout| {
+                if let Some(cgroup) = layout.sample_cgroup(record) {
+                    *sampled_cgroups.entry(cgroup).or_default() += 1;
+                }
+            });
         let whole = &records[..kept.bytes as usize];
-        for (_, record) in crate::ring::records(whole).map_while(Result::ok) {
-            if let Some(cgroup) = self.layouts.sample_cgroup(record) {
-                *self.sampled_cgroups.entry(cgroup).or_default() += 1;
-            }
-        }
         self.summary.torn_bytes += (records.len() - whole.len()) as u64;
         self.summary.samples += kept.samples;
         self.summary.first_sample = min_some(self.summary.first_sample, kept.oldest);

@@ -3,24 +3,47 @@
 //! at the front; in any other record they sit in the `sample_id_all` trailer
 //! (TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER) at the end. Pure.
 
-use std::collections::HashMap;
-
 use crate::abi::{HEADER_SIZE, RecordHeader, get_u32, get_u64, record_type, sample};
 
-/// Field offsets for one `sample_type`.
+/// Field offsets for one `sample_type`, worked out once: a dump asks them
+/// of every record of a window (millions of records under load).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleLayout {
     sample_type: u64,
     /// How many user registers a REGS_USER field holds (the bits of
     /// `sample_regs_user`).
     user_regs: u32,
+    /// Offsets of TIME, CPU and TID (its pid half) from a SAMPLE record's
+    /// start.
+    sample_time: Option<u16>,
+    sample_cpu: Option<u16>,
+    sample_tid: Option<u16>,
+    /// Offsets of TIME and CPU back from the end of any other record (the
+    /// `sample_id_all` trailer).
+    trailer_time: Option<u16>,
+    trailer_cpu: Option<u16>,
 }
 
 impl SampleLayout {
     pub fn new(sample_type: u64) -> Self {
+        let has = |bit: u64| sample_type & bit != 0;
+        let words = |bits: &[u64]| 8 * bits.iter().filter(|&&b| has(b)).count() as u16;
+        let header = HEADER_SIZE as u16;
+        // A SAMPLE record: IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID, CPU.
+        let tid_at = header + words(&[sample::IDENTIFIER, sample::IP]);
+        let time_at = tid_at + words(&[sample::TID]);
+        let cpu_at = time_at + words(&[sample::TIME, sample::ADDR, sample::ID, sample::STREAM_ID]);
+        // The trailer, from its end: IDENTIFIER, CPU, STREAM_ID, ID, TIME.
+        let cpu_back = words(&[sample::IDENTIFIER]) + 8;
+        let time_back = cpu_back - 8 + words(&[sample::CPU, sample::STREAM_ID, sample::ID]) + 8;
         Self {
             sample_type,
             user_regs: 0,
+            sample_time: has(sample::TIME).then_some(time_at),
+            sample_cpu: has(sample::CPU).then_some(cpu_at),
+            sample_tid: has(sample::TID).then_some(tid_at),
+            trailer_time: has(sample::TIME).then_some(time_back),
+            trailer_cpu: has(sample::CPU).then_some(cpu_back),
         }
     }
 
@@ -37,58 +60,9 @@ impl SampleLayout {
         self.sample_type & bit != 0
     }
 
-    /// Offsets of TIME and CPU in a SAMPLE record (from its start).
-    fn sample_offsets(&self) -> (Option<usize>, Option<usize>) {
-        let mut off = HEADER_SIZE;
-        for bit in [sample::IDENTIFIER, sample::IP, sample::TID] {
-            if self.has(bit) {
-                off += 8;
-            }
-        }
-        let time = self.has(sample::TIME).then_some(off);
-        if self.has(sample::TIME) {
-            off += 8;
-        }
-        for bit in [sample::ADDR, sample::ID, sample::STREAM_ID] {
-            if self.has(bit) {
-                off += 8;
-            }
-        }
-        (time, self.has(sample::CPU).then_some(off))
-    }
-
-    /// Offsets of TIME and CPU counted back from the end of a non-sample
-    /// record (the `sample_id_all` trailer).
-    fn trailer_offsets(&self) -> (Option<usize>, Option<usize>) {
-        let mut back = 0;
-        if self.has(sample::IDENTIFIER) {
-            back += 8;
-        }
-        let cpu = self.has(sample::CPU).then(|| {
-            back += 8;
-            back
-        });
-        for bit in [sample::STREAM_ID, sample::ID] {
-            if self.has(bit) {
-                back += 8;
-            }
-        }
-        let time = self.has(sample::TIME).then(|| {
-            back += 8;
-            back
-        });
-        (time, cpu)
-    }
-
     /// Offset of the TID field in a SAMPLE record.
     pub fn sample_tid_offset(&self) -> Option<usize> {
-        self.has(sample::TID).then(|| {
-            HEADER_SIZE
-                + 8 * [sample::IDENTIFIER, sample::IP]
-                    .iter()
-                    .filter(|&&b| self.has(b))
-                    .count()
-        })
+        self.sample_tid.map(usize::from)
     }
 
     /// Where the CALLCHAIN, RAW, REGS_USER and STACK_USER fields of a
@@ -188,15 +162,10 @@ impl SampleLayout {
     /// other records or layouts without TID.
     pub fn sample_pid(&self, record: &[u8]) -> Option<u32> {
         let header = RecordHeader::parse(record)?;
-        if header.type_ != record_type::SAMPLE || !self.has(sample::TID) {
+        if header.type_ != record_type::SAMPLE {
             return None;
         }
-        let mut off = HEADER_SIZE;
-        for bit in [sample::IDENTIFIER, sample::IP] {
-            if self.has(bit) {
-                off += 8;
-            }
-        }
+        let off = usize::from(self.sample_tid?);
         let size = usize::from(header.size).min(record.len());
         (off + 4 <= size).then(|| get_u32(record, off))
     }
@@ -223,15 +192,18 @@ impl SampleLayout {
         };
         let size = usize::from(header.size).min(record.len());
         if header.type_ == record_type::SAMPLE {
-            let (time, cpu) = self.sample_offsets();
-            let time = time.filter(|o| o + 8 <= size).map(|o| get_u64(record, o));
-            let cpu = cpu.filter(|o| o + 4 <= size).map(|o| get_u32(record, o));
+            let at =
+                |off: Option<u16>, len: usize| off.map(usize::from).filter(|o| o + len <= size);
+            let time = at(self.sample_time, 8).map(|o| get_u64(record, o));
+            let cpu = at(self.sample_cpu, 4).map(|o| get_u32(record, o));
             (time, cpu)
         } else {
-            let (time, cpu) = self.trailer_offsets();
-            let at = |back: usize| size.checked_sub(back).filter(|&o| o >= HEADER_SIZE);
-            let time = time.and_then(at).map(|o| get_u64(record, o));
-            let cpu = cpu.and_then(at).map(|o| get_u32(record, o));
+            let at = |back: Option<u16>| {
+                size.checked_sub(usize::from(back?))
+                    .filter(|&o| o >= HEADER_SIZE)
+            };
+            let time = at(self.trailer_time).map(|o| get_u64(record, o));
+            let cpu = at(self.trailer_cpu).map(|o| get_u32(record, o));
             (time, cpu)
         }
     }
@@ -256,9 +228,11 @@ pub struct SampleFields {
 /// The layouts of every event writing into a ring, by kernel id: records
 /// name their event with the IDENTIFIER field (first u64 of a sample, last
 /// u64 of any other record), so rings may mix events of different layouts.
+/// Kept sorted by id and searched: a few events per CPU, looked up once
+/// per record, where hashing each id cost more than the search.
 #[derive(Debug, Clone, Default)]
 pub struct RecordLayouts {
-    by_id: HashMap<u64, SampleLayout>,
+    by_id: Vec<(u64, SampleLayout)>,
 }
 
 impl RecordLayouts {
@@ -268,20 +242,28 @@ impl RecordLayouts {
         let mut layouts = RecordLayouts::default();
         for (ids, layout) in events {
             for &id in ids {
-                layouts.by_id.insert(id, layout);
+                layouts.set(id, layout);
             }
         }
         layouts
     }
 
+    /// Gives `id` the layout `layout`, in place of any it had.
+    fn set(&mut self, id: u64, layout: SampleLayout) {
+        match self.by_id.binary_search_by_key(&id, |&(id, _)| id) {
+            Ok(i) => self.by_id[i].1 = layout,
+            Err(i) => self.by_id.insert(i, (id, layout)),
+        }
+    }
+
     pub fn insert(&mut self, id: u64, sample_type: u64) {
-        self.by_id.insert(id, SampleLayout::new(sample_type));
+        self.set(id, SampleLayout::new(sample_type));
     }
 
     /// [`RecordLayouts::insert`] for an event that also samples the user
     /// registers of `sample_regs_user`.
     pub fn insert_with_user_regs(&mut self, id: u64, sample_type: u64, sample_regs_user: u64) {
-        self.by_id.insert(
+        self.set(
             id,
             SampleLayout::new(sample_type).with_user_regs(sample_regs_user),
         );
@@ -300,12 +282,13 @@ impl RecordLayouts {
 
     /// The layout of the event with kernel id `id`.
     pub fn by_id(&self, id: u64) -> Option<SampleLayout> {
-        self.by_id.get(&id).copied()
+        let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
+        Some(self.by_id[i].1)
     }
 
     /// The layout of the event that wrote `record`.
     pub fn layout(&self, record: &[u8]) -> Option<SampleLayout> {
-        self.by_id.get(&Self::identifier(record)?).copied()
+        self.by_id(Self::identifier(record)?)
     }
 
     /// The cgroup id of a SAMPLE `record`, looked up by its identifier.
@@ -403,5 +386,32 @@ mod tests {
             SampleLayout::new(TRACEPOINT).time_and_cpu(&short),
             (None, None)
         );
+    }
+
+    #[test]
+    fn each_id_finds_its_own_layout_however_the_ids_came() {
+        // Ids given out of order, one given again: the last layout stands.
+        let mut layouts = RecordLayouts::default();
+        for id in [40, 3, 17, 900, 5] {
+            layouts.insert(id, TRACEPOINT);
+        }
+        layouts.insert(17, CLOCK);
+        for (id, want) in [
+            (40, TRACEPOINT),
+            (3, TRACEPOINT),
+            (17, CLOCK),
+            (900, TRACEPOINT),
+        ] {
+            assert_eq!(layouts.by_id(id), Some(SampleLayout::new(want)), "id {id}");
+        }
+        for id in [0, 4, 18, 901, u64::MAX] {
+            assert_eq!(layouts.by_id(id), None, "id {id}");
+        }
+        let many = RecordLayouts::of_events([
+            (&[9u64, 1][..], SampleLayout::new(CLOCK)),
+            (&[4u64, 12][..], SampleLayout::new(TRACEPOINT)),
+        ]);
+        assert_eq!(many.by_id(12), Some(SampleLayout::new(TRACEPOINT)));
+        assert_eq!(many.by_id(1), Some(SampleLayout::new(CLOCK)));
     }
 }
