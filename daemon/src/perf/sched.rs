@@ -71,7 +71,7 @@ fn set_current_thread_policy(policy: i32, priority: i32) -> io::Result<()> {
 }
 
 /// The nice value of the calling thread (Linux: per thread, by tid).
-pub fn set_current_thread_nice(nice: i32) -> io::Result<()> {
+fn set_current_thread_nice(nice: i32) -> io::Result<()> {
     let tid = nix::unistd::gettid().as_raw();
     let tid = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
     // SAFETY: setpriority takes no pointers; PRIO_PROCESS with a tid

@@ -34,7 +34,6 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use flightrec_files::new_file::CommitError;
@@ -460,102 +459,12 @@ pub struct FileOutput<'f> {
     file: &'f File,
     /// Bytes gathered, not written yet: they go at `written`.
     pending: Staging,
-    /// Bytes written to the file, or being written by `writer`.
+    /// Bytes written to the file.
     written: u64,
     /// Where the write-back started so far ends (page cache only).
     written_back: u64,
     /// Written with `O_DIRECT`, a whole buffer at a time.
     direct: bool,
-    /// With direct I/O, the thread writing the last full buffer while the
-    /// next one fills; started with the first full buffer.
-    writer: Option<DirectWriter>,
-}
-
-/// A thread that writes full buffers with direct I/O, one at a time, while
-/// the encoding thread fills the next: a direct write returns when the disk
-/// has the data, and written from the encoding thread it left that thread
-/// asleep for the disk's time (about half of a 32 MiB-per-CPU dump under
-/// load, BENCHMARKS.md section 26). It runs at the nice of the thread that
-/// started it (the dump's write runs at `snapshot.writer_nice`; threads it
-/// starts begin at nice 0).
-struct DirectWriter {
-    jobs: Option<SyncSender<(Staging, u64)>>,
-    done: Receiver<(Staging, u64, io::Result<()>)>,
-    /// A buffer is being written: its result is owed.
-    busy: bool,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl DirectWriter {
-    fn start(file: &File) -> io::Result<Self> {
-        use std::os::unix::fs::FileExt;
-        // The same open file description: `O_DIRECT` and its refusal are
-        // shared.
-        let file = file.try_clone()?;
-        let nice = crate::perf::sched::current_thread_nice().ok();
-        let (jobs, to_write) = sync_channel::<(Staging, u64)>(1);
-        let (written, done) = sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name("flightrec-write".into())
-            .spawn(move || {
-                if let Some(nice) = nice {
-                    // Refused, it writes at nice 0 (the dump's thread has
-                    // warned of the refusal already).
-                    let _ = crate::perf::sched::set_current_thread_nice(nice);
-                }
-                for (buffer, at) in to_write {
-                    let result = file.write_all_at(buffer.bytes(), at);
-                    if written.send((buffer, at, result)).is_err() {
-                        break;
-                    }
-                }
-            })?;
-        Ok(Self {
-            jobs: Some(jobs),
-            done,
-            busy: false,
-            thread: Some(thread),
-        })
-    }
-
-    /// Hands `buffer` to the thread, to be written at `at`; the buffer
-    /// before it must have been waited for.
-    fn send(&mut self, buffer: Staging, at: u64) -> io::Result<()> {
-        debug_assert!(!self.busy);
-        let sent = self.jobs.as_ref().map(|jobs| jobs.send((buffer, at)));
-        match sent {
-            Some(Ok(())) => {
-                self.busy = true;
-                Ok(())
-            }
-            _ => Err(io::Error::other("the snapshot's writing thread is gone")),
-        }
-    }
-
-    /// The buffer being written, once written: with its offset and the
-    /// write's result. None when no buffer is being written.
-    fn wait(&mut self) -> Option<io::Result<(Staging, u64, io::Result<()>)>> {
-        if !self.busy {
-            return None;
-        }
-        self.busy = false;
-        Some(
-            self.done
-                .recv()
-                .map_err(|_| io::Error::other("the snapshot's writing thread is gone")),
-        )
-    }
-}
-
-impl Drop for DirectWriter {
-    /// Ends the thread once its last write returned: nothing writes to the
-    /// file after its output is dropped.
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// A page-aligned buffer of [`WRITE_BYTES`], as direct I/O needs.
@@ -606,7 +515,6 @@ impl<'f> FileOutput<'f> {
             written: 0,
             written_back: crate::perf::page_size() as u64,
             direct,
-            writer: None,
         }
     }
 
@@ -635,67 +543,11 @@ impl<'f> FileOutput<'f> {
         if self.pending.len == 0 {
             return Ok(());
         }
-        if self.direct && self.pending.room() == 0 {
-            return self.hand_off();
-        }
-        self.settle()?;
         let pending = std::mem::take(&mut self.pending);
         let put = self.put(pending.bytes());
         self.pending = pending;
         self.pending.len = 0;
         put
-    }
-
-    /// Hands the full buffer to the writing thread and goes on filling the
-    /// one it wrote before (or a new one).
-    fn hand_off(&mut self) -> io::Result<()> {
-        let spare = self.settle()?;
-        if !self.direct {
-            // The last write was refused direct I/O: the rest goes
-            // through the page cache, from this thread.
-            return self.write_pending();
-        }
-        if self.writer.is_none() {
-            match DirectWriter::start(self.file) {
-                Ok(writer) => self.writer = Some(writer),
-                Err(e) => {
-                    tracing::debug!("no thread for the snapshot's writes ({e}): writing inline");
-                    let pending = std::mem::take(&mut self.pending);
-                    let put = self.put(pending.bytes());
-                    self.pending = pending;
-                    self.pending.len = 0;
-                    return put;
-                }
-            }
-        }
-        let full = std::mem::replace(&mut self.pending, spare.unwrap_or_else(Staging::new));
-        self.pending.len = 0;
-        let len = full.len as u64;
-        if let Some(writer) = &mut self.writer {
-            writer.send(full, self.written)?;
-        }
-        self.written += len;
-        Ok(())
-    }
-
-    /// Waits for the buffer being written, if any, and returns it for
-    /// reuse. A write refused direct I/O (`EINVAL`) is done again through
-    /// the page cache, which the rest of the file then takes.
-    fn settle(&mut self) -> io::Result<Option<Staging>> {
-        use std::os::unix::fs::FileExt;
-        let Some(waited) = self.writer.as_mut().and_then(DirectWriter::wait) else {
-            return Ok(None);
-        };
-        let (buffer, at, result) = waited?;
-        match result {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                self.leave_direct()?;
-                self.file.write_all_at(buffer.bytes(), at)?;
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(Some(buffer))
     }
 
     /// Writes `buf` at the end of the file. With direct I/O a refusal
@@ -751,7 +603,6 @@ impl<'f> FileOutput<'f> {
 
     /// Writes what is gathered; returns the file's length.
     fn finish(mut self) -> io::Result<u64> {
-        self.settle()?;
         self.write_pending()?;
         Ok(self.written)
     }
@@ -782,8 +633,6 @@ impl Sink for FileOutput<'_> {
         if end > self.len() {
             return Err(io::Error::other("writing past the end of the output"));
         }
-        // A patch lands after the write under way, never under it.
-        self.settle()?;
         let in_file = usize::try_from(self.written.saturating_sub(offset))
             .map_or(bytes.len(), |n| n.min(bytes.len()));
         if in_file > 0 {
