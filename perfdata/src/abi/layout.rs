@@ -35,7 +35,12 @@ impl SampleLayout {
         let cpu_at = time_at + words(&[sample::TIME, sample::ADDR, sample::ID, sample::STREAM_ID]);
         // The trailer, from its end: IDENTIFIER, CPU, STREAM_ID, ID, TIME.
         let cpu_back = words(&[sample::IDENTIFIER]) + 8;
-        let time_back = cpu_back - 8 + words(&[sample::CPU, sample::STREAM_ID, sample::ID]) + 8;
+        let time_back = words(&[
+            sample::IDENTIFIER,
+            sample::CPU,
+            sample::STREAM_ID,
+            sample::ID,
+        ]) + 8;
         Self {
             sample_type,
             user_regs: 0,
@@ -250,7 +255,7 @@ impl RecordLayouts {
 
     /// Gives `id` the layout `layout`, in place of any it had.
     fn set(&mut self, id: u64, layout: SampleLayout) {
-        match self.by_id.binary_search_by_key(&id, |&(id, _)| id) {
+        match self.position(id) {
             Ok(i) => self.by_id[i].1 = layout,
             Err(i) => self.by_id.insert(i, (id, layout)),
         }
@@ -282,8 +287,13 @@ impl RecordLayouts {
 
     /// The layout of the event with kernel id `id`.
     pub fn by_id(&self, id: u64) -> Option<SampleLayout> {
-        let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
+        let i = self.position(id).ok()?;
         Some(self.by_id[i].1)
+    }
+
+    /// Where `id` is in the sorted list, or where it would go.
+    fn position(&self, id: u64) -> Result<usize, usize> {
+        self.by_id.binary_search_by_key(&id, |&(id, _)| id)
     }
 
     /// The layout of the event that wrote `record`.
