@@ -56,6 +56,7 @@ pub struct Args {
     pub write_groups: Vec<u32>,
     /// The write scenario's recorder cgroup at this CPU weight (systemd's
     /// `CPUWeight=`, 1 to 10000; 100, the default, is every cgroup's).
+    /// Only the load in a cgroup of its own is run then.
     #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub recorder_cpu_weight: Option<u32>,
     /// The write scenario's recorders started under `nice -n N`

@@ -57,11 +57,18 @@ fn main() -> Result<()> {
         } else {
             &[256 * KIB, 4 * MIB, 32 * MIB]
         };
-        for &groups in &args.write_groups {
-            for placement in [
+        // A weight sets the recorder's cgroup against the load's: with
+        // the load in the recorder's cgroup it changes nothing.
+        let placements: &[cgroup::Placement] = if args.recorder_cpu_weight.is_some() {
+            &[cgroup::Placement::OwnCgroup]
+        } else {
+            &[
                 cgroup::Placement::OwnCgroup,
                 cgroup::Placement::RecorderCgroup,
-            ] {
+            ]
+        };
+        for &groups in &args.write_groups {
+            for &placement in placements {
                 sections.push(scenarios::write(&args, groups, placement, sizes)?);
             }
         }
