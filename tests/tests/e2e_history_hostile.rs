@@ -163,8 +163,9 @@ fn a_planted_link_fifo_or_huge_file_costs_no_memory_and_no_wait() {
     assert!(Path::new(root["path"].as_str().unwrap()).exists());
     // The window over the planted files completes: no FIFO holds it.
     // A cut runs at normal priority, by design: among a scheduler-heavy
-    // load's hundred runnable tasks a debug build's cut of this window
-    // took 77 s, so the deadline tells a wait for ever from a slow cut.
+    // load's hundred runnable tasks and a release build beside them a
+    // debug build's cut of this window took 77 s (2.6 s under that load
+    // alone), so the deadline tells a wait for ever from a slow cut.
     let deadline = Instant::now() + Duration::from_secs(180);
     while planted_dump.try_wait().expect("poll").is_none() {
         assert!(
