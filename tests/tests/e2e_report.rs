@@ -313,9 +313,12 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     std::fs::remove_file(&exe).unwrap();
 
     // Dump until a snapshot holds enough of both threads: 300 samples of
-    // the burner and 5 switches of the waiter; and samples of the idle
-    // task, which the page hides until asked (for 30 s at most outside CI:
-    // a machine busy with other work may never idle).
+    // the burner and 5 switches of the waiter; samples of the idle task,
+    // which the page hides until asked (for 30 s at most outside CI: a
+    // machine busy with other work may never idle); and the program's
+    // samples from the first tenth of the samples' span on, so that the
+    // range the page check drags (30% to 60% of the window) holds the
+    // burner: the rings reach back seconds before the program started.
     let deadline = Instant::now() + Duration::from_secs(60);
     let idle_deadline = Instant::now() + Duration::from_secs(30);
     let ci = std::env::var("CI").as_deref() == Ok("true");
@@ -332,16 +335,30 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
             .lines()
             .filter(|l| l.trim_start().starts_with("fr-waiter") && l.contains("sched_switch"))
             .count();
-        let idle = samples_of(&path).iter().filter(|s| s.pid == 0).count();
+        let samples = samples_of(&path);
+        let idle = samples.iter().filter(|s| s.pid == 0).count();
+        let span = |keep: &dyn Fn(&ScriptSample) -> bool| {
+            let times = samples.iter().filter(|s| keep(s)).map(|s| s.time);
+            (times.clone().min().unwrap_or(0), times.max().unwrap_or(0))
+        };
+        let (first, last) = span(&|_| true);
+        let (program_from, _) = span(&|s| s.pid as u32 == program.child.id());
+        let early = program_from > 0 && program_from <= first + (last - first) / 10;
         eprintln!(
-            "{TEST}: {burns} samples of fr-burner, {waits} switches of fr-waiter, {idle} of idle"
+            "{TEST}: {burns} samples of fr-burner, {waits} switches of fr-waiter, {idle} of idle, \
+             the program's from {:.1}% of the span",
+            program_from.saturating_sub(first) as f64 * 100.0 / (last - first).max(1) as f64
         );
-        if burns >= 300 && waits >= 5 && (idle >= 1 || !ci && Instant::now() > idle_deadline) {
+        if burns >= 300
+            && waits >= 5
+            && early
+            && (idle >= 1 || !ci && Instant::now() > idle_deadline)
+        {
             break path;
         }
         assert!(
             Instant::now() < deadline,
-            "no snapshot with both threads and an idle moment (is the machine busy?)"
+            "no snapshot with both threads, an idle moment and the program from the first tenth of its span (is the machine busy?)"
         );
     };
     let id = flightrec_tests::snapshot_id(&path);
