@@ -222,7 +222,8 @@ pub struct TrackingConfig {
     /// Executable maps kept per process; further maps are refused.
     pub max_maps_per_process: Spanned<u64>,
     /// Records between checkpoints of the process table: a dump folds at
-    /// most this much of the log besides its own window.
+    /// most this much of the log besides its own window (besides these,
+    /// the newest records get a few recent checkpoints closer together).
     pub checkpoint_interval: Spanned<ByteSize>,
     /// Checkpoints held at most: the interval is widened to
     /// `buffers.tracking_log / max_checkpoints` when it is shorter, which

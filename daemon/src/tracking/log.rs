@@ -11,7 +11,11 @@
 //! A window starting at `t` starts from the newest checkpoint whose records
 //! all lie before `t` and folds only the records after it, so a dump costs
 //! O(records in the window + one checkpoint interval), whatever the log's
-//! fill. Records arrive per drain round sorted by time, but rounds drain
+//! fill. Beside those checkpoints (few, as their number bounds the tables'
+//! memory: with a full 64 MiB log one every 4 MiB) the newest records get
+//! *recent* checkpoints, a few at a short interval, dropped as newer ones
+//! come: the rings' windows start there, and folding up to 4 MiB of
+//! records cost a dump milliseconds before its file was begun. Records arrive per drain round sorted by time, but rounds drain
 //! CPUs one after another, so the log's order can be off by the length of a
 //! round: each record after the checkpoint is placed by its own time.
 
@@ -31,6 +35,12 @@ pub const ORDER_SLACK_NS: u64 = 1_000_000_000;
 
 /// Records between checkpoints by default, in bytes.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 512 << 10;
+
+/// Records between recent checkpoints at most, in bytes (a fold of this
+/// much takes a fraction of a millisecond).
+const RECENT_CHECKPOINT_BYTES: u64 = 64 << 10;
+/// Recent checkpoints kept: they cover the newest 8 intervals of records.
+const RECENT_CHECKPOINTS: usize = 8;
 
 /// The process table after the records before `seq` were folded.
 struct Checkpoint {
@@ -54,6 +64,11 @@ pub struct TrackingLog {
     checkpoints: VecDeque<Checkpoint>,
     checkpoint_bytes: u64,
     bytes_since_checkpoint: u64,
+    /// Oldest first, each `seq` above `base.seq`, at most
+    /// [`RECENT_CHECKPOINTS`].
+    recent: VecDeque<Checkpoint>,
+    recent_bytes: u64,
+    bytes_since_recent: u64,
     rejected: u64,
     file_names: FileNames,
 }
@@ -128,10 +143,19 @@ fn max_time(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
+/// The newest checkpoint of `list` holding only records before `start_ns`.
+fn newest_before(list: &VecDeque<Checkpoint>, start_ns: u64) -> Option<&Checkpoint> {
+    // max_time grows with seq: the usable checkpoints are a prefix.
+    let usable = list.partition_point(|c| c.max_time.is_none_or(|t| t < start_ns));
+    usable.checked_sub(1).map(|i| &list[i])
+}
+
 impl TrackingLog {
     /// A log of `capacity` bytes (rounded up to a multiple of 8) over a
     /// process table seeded by the caller, with a checkpoint every
-    /// `checkpoint_bytes` of records (at least one record apart).
+    /// `checkpoint_bytes` of records (at least one record apart), and
+    /// recent ones every [`RECENT_CHECKPOINT_BYTES`] (a quarter of
+    /// `checkpoint_bytes` where that is less).
     pub fn new(
         capacity: u64,
         checkpoint_bytes: u64,
@@ -155,6 +179,9 @@ impl TrackingLog {
             checkpoints: VecDeque::new(),
             checkpoint_bytes: checkpoint_bytes.max(1),
             bytes_since_checkpoint: 0,
+            recent: VecDeque::new(),
+            recent_bytes: RECENT_CHECKPOINT_BYTES.min(checkpoint_bytes / 4).max(1),
+            bytes_since_recent: 0,
             file_names: FileNames::default(),
             rejected: 0,
         })
@@ -186,20 +213,23 @@ impl TrackingLog {
             self.bytes_since_checkpoint += record.len() as u64;
             if self.bytes_since_checkpoint >= self.checkpoint_bytes {
                 self.bytes_since_checkpoint = 0;
-                self.checkpoints.push_back(Checkpoint {
-                    seq: self.appended,
-                    max_time: self.live_max_time,
-                    table: self.live.clone(),
-                });
+                self.checkpoints.push_back(self.checkpoint_now());
+            }
+            self.bytes_since_recent += record.len() as u64;
+            if self.bytes_since_recent >= self.recent_bytes {
+                self.bytes_since_recent = 0;
+                if self.recent.len() == RECENT_CHECKPOINTS {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(self.checkpoint_now());
             }
         }
         if evicted {
-            while self
-                .checkpoints
-                .front()
-                .is_some_and(|c| c.seq <= self.base.seq)
-            {
-                self.checkpoints.pop_front();
+            let base_seq = self.base.seq;
+            for list in [&mut self.checkpoints, &mut self.recent] {
+                while list.front().is_some_and(|c| c.seq <= base_seq) {
+                    list.pop_front();
+                }
             }
             // Exits older than what the log covers (less the order slack)
             // matter to no window the log can serve: age them out.
@@ -208,6 +238,15 @@ impl TrackingLog {
                 self.base.table.forget_exited_before(horizon);
                 self.live.forget_exited_before(horizon);
             }
+        }
+    }
+
+    /// The live table as it is now, O(1).
+    fn checkpoint_now(&self) -> Checkpoint {
+        Checkpoint {
+            seq: self.appended,
+            max_time: self.live_max_time,
+            table: self.live.clone(),
         }
     }
 
@@ -258,13 +297,14 @@ impl TrackingLog {
     /// alive at `start_ns`: the newest checkpoint holding only older records,
     /// with the older records after it folded into a clone of it.
     pub fn window(&self, start_ns: u64) -> Result<TrackingWindow, Corruption> {
-        let before_start = |c: &Checkpoint| c.max_time.is_none_or(|t| t < start_ns);
-        // max_time grows with seq: the usable checkpoints are a prefix.
-        let usable = self.checkpoints.partition_point(before_start);
-        let from = match usable.checked_sub(1) {
-            Some(i) => &self.checkpoints[i],
-            None => &self.base,
-        };
+        let from = [
+            newest_before(&self.checkpoints, start_ns),
+            newest_before(&self.recent, start_ns),
+        ]
+        .into_iter()
+        .flatten()
+        .max_by_key(|c| c.seq)
+        .unwrap_or(&self.base);
         let n = usize::try_from(self.appended - from.seq).unwrap_or(usize::MAX);
         let mut newest_first = Vec::with_capacity(n.min(self.ring.len()));
         for record in self.ring.iter_back().take(n) {
@@ -482,6 +522,52 @@ mod checkpoint_tests {
             per_interval
         );
         assert_eq!(log.status().records, 2 * u64::from(n));
+    }
+
+    #[test]
+    fn a_window_in_the_newest_records_folds_one_recent_interval_not_a_wide_one() {
+        // A 64 MiB log in 16 checkpoints: one every 4 MiB.
+        let interval = 4 << 20;
+        let mut log = TrackingLog::new(64 << 20, interval, seeded()).unwrap();
+        let n = 25_000u32;
+        for i in 0..n {
+            let pid = 1000 + i % 30_000;
+            log.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
+            log.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
+        }
+        let fork_len = build::fork(1, 1, 1, 1, 0).len() as u64;
+        assert!(
+            log.status().used < interval,
+            "no wide checkpoint yet: {:?}",
+            log.status()
+        );
+        let per_recent = RECENT_CHECKPOINT_BYTES / fork_len + 1;
+        let start = u64::from(n) * 2 - 50;
+        let w = log.window(start).unwrap();
+        assert_eq!(w.count, 50);
+        assert!(
+            w.walked <= w.count + per_recent,
+            "walked {} records for a window of {} (recent interval {} records)",
+            w.walked,
+            w.count,
+            per_recent
+        );
+        // The same state as a log with no checkpoint but its base.
+        let mut plain = TrackingLog::new(64 << 20, u64::MAX, seeded()).unwrap();
+        plain.recent_bytes = u64::MAX;
+        for i in 0..n {
+            let pid = 1000 + i % 30_000;
+            plain.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
+            plain.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
+        }
+        let reference = plain.window(start).unwrap();
+        assert_eq!(reference.walked, 2 * u64::from(n));
+        assert_eq!(w.processes, reference.processes);
+        assert_eq!(w.records, reference.records);
+        // A window older than every recent checkpoint still folds from
+        // the base (or a wide checkpoint), as before.
+        let old = log.window(1000).unwrap();
+        assert_eq!(old.processes, plain.window(1000).unwrap().processes);
     }
 
     #[test]
