@@ -11,13 +11,15 @@
 //! A window starting at `t` starts from the newest checkpoint whose records
 //! all lie before `t` and folds only the records after it, so a dump costs
 //! O(records in the window + one checkpoint interval), whatever the log's
-//! fill. Beside those checkpoints (few, as their number bounds the tables'
-//! memory: with a full 64 MiB log one every 4 MiB) the newest records get
-//! *recent* checkpoints, a few at a short interval, dropped as newer ones
-//! come: the rings' windows start there, and folding up to 4 MiB of
-//! records cost a dump milliseconds before its file was begun. Records arrive per drain round sorted by time, but rounds drain
+//! fill. Records arrive per drain round sorted by time, but rounds drain
 //! CPUs one after another, so the log's order can be off by the length of a
 //! round: each record after the checkpoint is placed by its own time.
+//!
+//! Checkpoints are few, as their number bounds the tables' memory (with a
+//! full 64 MiB log, one every 4 MiB). So the newest records also get
+//! *recent* checkpoints, a few at a short interval, the oldest dropped as a
+//! new one comes: the rings' windows start there, and folding up to 4 MiB
+//! of records cost a dump milliseconds before its file was begun.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
