@@ -501,16 +501,22 @@ mod checkpoint_tests {
         }
     }
 
-    #[test]
-    fn a_window_walks_only_its_records_and_one_checkpoint_interval() {
-        let interval = 4096;
-        let mut log = TrackingLog::new(64 << 20, interval, seeded()).unwrap();
-        let n = 100_000u32;
+    /// `n` short-lived processes, each a FORK at time 2i and an EXIT at
+    /// 2i + 1, over 30,000 pids.
+    fn append_forks_and_exits(log: &mut TrackingLog, n: u32) {
         for i in 0..n {
             let pid = 1000 + i % 30_000;
             log.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
             log.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
         }
+    }
+
+    #[test]
+    fn a_window_walks_only_its_records_and_one_checkpoint_interval() {
+        let interval = 4096;
+        let mut log = TrackingLog::new(64 << 20, interval, seeded()).unwrap();
+        let n = 100_000u32;
+        append_forks_and_exits(&mut log, n);
         let fork_len = build::fork(1, 1, 1, 1, 0).len() as u64;
         let per_interval = interval / fork_len + 1;
         // The last 50 records.
@@ -532,11 +538,7 @@ mod checkpoint_tests {
         let interval = 4 << 20;
         let mut log = TrackingLog::new(64 << 20, interval, seeded()).unwrap();
         let n = 25_000u32;
-        for i in 0..n {
-            let pid = 1000 + i % 30_000;
-            log.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
-            log.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
-        }
+        append_forks_and_exits(&mut log, n);
         let fork_len = build::fork(1, 1, 1, 1, 0).len() as u64;
         assert!(
             log.status().used < interval,
@@ -557,11 +559,7 @@ mod checkpoint_tests {
         // The same state as a log with no checkpoint but its base.
         let mut plain = TrackingLog::new(64 << 20, u64::MAX, seeded()).unwrap();
         plain.recent_bytes = u64::MAX;
-        for i in 0..n {
-            let pid = 1000 + i % 30_000;
-            plain.append(&build::fork(pid, 1, pid, 1, u64::from(i) * 2));
-            plain.append(&build::exit(pid, 1, pid, pid, u64::from(i) * 2 + 1));
-        }
+        append_forks_and_exits(&mut plain, n);
         let reference = plain.window(start).unwrap();
         assert_eq!(reference.walked, 2 * u64::from(n));
         assert_eq!(w.processes, reference.processes);
