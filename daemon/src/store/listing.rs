@@ -29,6 +29,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+        self.keep_known(&out);
         out.sort_by(|a, b| {
             (a.created_unix_ns, a.seq, &a.id).cmp(&(b.created_unix_ns, b.seq, &b.id))
         });

@@ -47,6 +47,7 @@ impl Store {
         let n = parse_id(id)?;
         let _lock = self.lock_snapshot(&n.id());
         let before = self.info_of(&n)?;
+        self.forget(&before.id);
         rewrite(&before).map_err(RewriteError::Rewrite)?;
         let after = self.info_of(&n)?;
         Ok((before, after))
@@ -56,6 +57,7 @@ impl Store {
     /// to finish. A snapshot already gone is not an error.
     pub fn remove(&self, info: &SnapshotInfo) -> Result<(), StoreError> {
         let _lock = self.lock_snapshot(&info.id);
+        self.forget(&info.id);
         match fs::remove_file(&info.path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

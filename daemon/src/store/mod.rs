@@ -7,7 +7,9 @@
 //! one; a sidecar without its snapshot (a crash mid-dump) is removed at
 //! start-up like the writer's temporary files. Whether a snapshot is
 //! compressed is read from its header (feature bit 27, COMPRESSED), so it
-//! stays true after `Compress`.
+//! stays true after `Compress`. Every dump's retention and every `Status`
+//! lists the store: a listing reads a snapshot's header and sidecar again
+//! only when `lstat` says either was replaced since (`info::Known`).
 //!
 //! With a socket group configured the directory, the snapshots and their
 //! sidecars belong to that group (modes 0750 and 0640), so a member who may
@@ -32,7 +34,7 @@ mod reservation;
 pub mod retention;
 mod uploads;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -145,11 +147,14 @@ pub fn header_says_compressed(header: &[u8]) -> bool {
     flightrec_perfdata::format::is_compressed(header)
 }
 
-fn read_compressed_flag(path: &Path) -> bool {
+/// Whether the snapshot at `path` is compressed; `None` when its header
+/// cannot be read.
+fn read_compressed_flag(path: &Path) -> Option<bool> {
     use flightrec_files::{Links, open_regular, untrusted::read_at_most};
     open_regular(path, Links::Refuse)
         .and_then(|(f, _)| read_at_most(&f, 0, 0x50, 0x50))
-        .is_ok_and(|header| header_says_compressed(&header))
+        .ok()
+        .map(|header| header_says_compressed(&header))
 }
 
 /// The daemon's effective uid: the owner of every file it acts on.
@@ -180,6 +185,8 @@ pub struct Store {
     /// Entries passed over (not a regular file of the daemon's) already
     /// named in the log.
     reported: Mutex<HashSet<String>>,
+    /// What was read of each snapshot listed (see `info::Known`).
+    known: Mutex<HashMap<String, info::Known>>,
 }
 
 /// Gives the open `file` (at `path`) to `gid` (ownership stays root's);
@@ -206,6 +213,7 @@ impl Store {
             freed: Condvar::new(),
             uploads: Mutex::new(Vec::new()),
             reported: Mutex::new(HashSet::new()),
+            known: Mutex::new(HashMap::new()),
         };
         store.ensure_dir()?;
         let mut removed = Vec::new();

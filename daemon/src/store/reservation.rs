@@ -111,6 +111,7 @@ impl Store {
 
     /// Drops the sidecar of a reservation whose snapshot was not written.
     pub fn abandon(&self, r: &Reservation) {
+        self.forget(&r.id());
         let _ = fs::remove_file(self.sidecar_path(&r.id()));
     }
 }

@@ -91,6 +91,7 @@ impl Store {
     /// file created exclusively, synced, then renamed: a reader sees the old
     /// or the new one.
     pub(super) fn write_sidecar(&self, id: &str, meta: &Meta) -> Result<(), StoreError> {
+        self.forget(id);
         write_new(
             &self.dir,
             &meta_file_name(id),
@@ -109,6 +110,7 @@ impl Store {
     /// commit syncs it before the snapshot is named. A crash before that
     /// leaves a sidecar without its snapshot, removed at start-up.
     pub(super) fn place_sidecar(&self, id: &str, meta: &Meta) -> Result<File, StoreError> {
+        self.forget(id);
         let bytes = self.sidecar_bytes(id, meta)?;
         let err = |source| StoreError::WriteMeta {
             path: self.sidecar_path(id),
