@@ -8,6 +8,7 @@
 //! distinct files and the processes mapping them, never with the records.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::features::BuildIdEntry;
 use crate::host::HostInfo;
@@ -18,7 +19,8 @@ use crate::tracking::state::{BuildId, MapState, ProcessState};
 /// Executable files with a build-id, and which processes mapped each.
 #[derive(Debug, Default)]
 pub struct BuildIdTable {
-    files: BTreeMap<(String, BuildId), BTreeSet<u32>>,
+    /// Keyed by the maps' own names (shared, not copied per map).
+    files: BTreeMap<(Arc<str>, BuildId), BTreeSet<u32>>,
 }
 
 impl BuildIdTable {
@@ -28,7 +30,7 @@ impl BuildIdTable {
             && map.filename.starts_with('/')
         {
             self.files
-                .entry((map.filename.to_string(), id))
+                .entry((Arc::clone(&map.filename), id))
                 .or_default()
                 .insert(pid);
         }
@@ -89,7 +91,7 @@ impl BuildIdTable {
                 out.push(BuildIdEntry {
                     misc: crate::abi::misc::USER,
                     build_id: id.as_bytes().to_vec(),
-                    filename: filename.clone(),
+                    filename: filename.to_string(),
                 });
             }
         }

@@ -24,6 +24,7 @@
 //! With compression, records are gathered into batches of [`PACK_BATCH`]
 //! and each batch is packed into COMPRESSED records in parallel.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub use flightrec_perfdata::format::{
 
 /// Records packed at once when compressing: two parallel jobs.
 pub const PACK_BATCH: usize = 2 * compress::JOB_BYTES;
+
+/// Processes whose state at a window's start is written out at once.
+const SYNTH_PROCESSES_AT_ONCE: usize = 32;
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -316,7 +320,7 @@ impl<'h, S: Sink> Encoder<'h, S> {
                 self.summary.synthesized_records += 1;
             }
         }
-        let (cgroups, processes): (Vec<_>, Vec<_>) = match &self.scope {
+        let (cgroups, processes): (Cow<[_]>, Cow<[_]>) = match &self.scope {
             Some(scope) => (
                 cgroups
                     .iter()
@@ -329,17 +333,20 @@ impl<'h, S: Sink> Encoder<'h, S> {
                     .cloned()
                     .collect(),
             ),
-            None => (cgroups.to_vec(), processes.to_vec()),
+            None => (Cow::Borrowed(cgroups), Cow::Borrowed(processes)),
         };
+        let attr = tracking.attr;
         self.summary.synthesized_records +=
-            synth::push_cgroups(&mut head, &tracking.attr, tracking_id, synth_time, &cgroups);
-        self.summary.synthesized_records += synth::push_process_state(
-            &mut head,
-            &tracking.attr,
-            tracking_id,
-            synth_time,
-            &processes,
-        );
+            synth::push_cgroups(&mut head, &attr, tracking_id, synth_time, &cgroups);
+        // Out a few processes at a time: the maps of every process are
+        // most of a small snapshot (hundreds of KiB), a buffer that large
+        // made anew for each dump is pages faulted in and copied as it grows.
+        for some in processes.chunks(SYNTH_PROCESSES_AT_ONCE) {
+            self.summary.synthesized_records +=
+                synth::push_process_state(&mut head, &attr, tracking_id, synth_time, some);
+            self.push(&head)?;
+            head.clear();
+        }
         self.build_ids.add_processes(&processes);
         self.push(&head)
     }

@@ -39,10 +39,12 @@ pub const ORDER_SLACK_NS: u64 = 1_000_000_000;
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 512 << 10;
 
 /// Records between recent checkpoints at most, in bytes (a fold of this
-/// much takes a fraction of a millisecond).
-const RECENT_CHECKPOINT_BYTES: u64 = 64 << 10;
-/// Recent checkpoints kept: they cover the newest 8 intervals of records.
-const RECENT_CHECKPOINTS: usize = 8;
+/// much takes about a tenth of a millisecond; 64 KiB took half a
+/// millisecond of a 10 ms dump).
+const RECENT_CHECKPOINT_BYTES: u64 = 16 << 10;
+/// Recent checkpoints kept: they cover the newest 16 intervals of records
+/// (256 KiB: the records of the rings' window under heavy churn).
+const RECENT_CHECKPOINTS: usize = 16;
 
 /// The process table after the records before `seq` were folded.
 struct Checkpoint {
