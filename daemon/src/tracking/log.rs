@@ -39,12 +39,11 @@ pub const ORDER_SLACK_NS: u64 = 1_000_000_000;
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 512 << 10;
 
 /// Records between recent checkpoints at most, in bytes (a fold of this
-/// much takes about a tenth of a millisecond; 64 KiB took half a
-/// millisecond of a 10 ms dump).
-const RECENT_CHECKPOINT_BYTES: u64 = 16 << 10;
-/// Recent checkpoints kept: they cover the newest 16 intervals of records
-/// (256 KiB: the records of the rings' window under heavy churn).
-const RECENT_CHECKPOINTS: usize = 16;
+/// much takes about half a millisecond). 16 of them 16 KiB apart saved a
+/// dump 0.2 ms and cost 2 MiB more after a fork storm (BENCHMARKS 30).
+const RECENT_CHECKPOINT_BYTES: u64 = 64 << 10;
+/// Recent checkpoints kept: they cover the newest 8 intervals of records.
+const RECENT_CHECKPOINTS: usize = 8;
 
 /// The process table after the records before `seq` were folded.
 struct Checkpoint {
