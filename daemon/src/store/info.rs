@@ -88,14 +88,14 @@ impl Store {
             }
             Err(source) => return Err(StoreError::Stat { path, source }),
         };
-        if !(md.file_type().is_file() && md.uid() == super::own_uid()) {
+        if !super::is_own_file(&md) {
             self.report_skipped(&n.file_name(), &md);
             return Err(StoreError::NotFound { id });
         }
         let file = Stamp::of(&md);
         let sidecar = fs::symlink_metadata(self.sidecar_path(&id))
             .ok()
-            .filter(|m| m.file_type().is_file() && m.uid() == super::own_uid())
+            .filter(super::is_own_file)
             .map(|m| Stamp::of(&m));
         if let Some(k) = self.lock_known().get(&id)
             && k.file == file
@@ -207,7 +207,7 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use crate::store::Store;
-    use crate::store::tests::header;
+    use crate::store::tests::{header, reserve_snapshots};
 
     /// A listing reuses what it read of a snapshot only while its file and
     /// its sidecar are the ones it read: every way either is replaced or
@@ -219,14 +219,9 @@ mod tests {
         let (store, _) = Store::open(d, "h").unwrap();
         store.set_upload_destinations(vec!["s3".into()]);
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let ids: Vec<String> = (0..3)
-            .map(|i| {
-                let r = store
-                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
-                    .unwrap();
-                fs::write(d.join(r.file_name()), header(false)).unwrap();
-                r.id()
-            })
+        let ids: Vec<String> = reserve_snapshots(&store, t0, 3)
+            .iter()
+            .map(|r| r.id())
             .collect();
         let first = store.list().unwrap();
         assert_eq!(first.len(), 3);

@@ -78,8 +78,8 @@ mod tests {
     use std::fs;
     use std::time::{Duration, UNIX_EPOCH};
 
-    use crate::store::tests::header;
-    use crate::store::{Reservation, RetentionPolicy, Store};
+    use crate::store::tests::{header, reserve_snapshots};
+    use crate::store::{RetentionPolicy, Store};
 
     #[test]
     fn a_removal_waits_for_a_compression_of_the_same_snapshot() {
@@ -88,15 +88,7 @@ mod tests {
         let d = dir.path();
         let (store, _) = Store::open(d, "h").unwrap();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let ids: Vec<Reservation> = (0..2)
-            .map(|i| {
-                let r = store
-                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
-                    .unwrap();
-                fs::write(d.join(r.file_name()), header(false)).unwrap();
-                r
-            })
-            .collect();
+        let ids = reserve_snapshots(&store, t0, 2);
         let oldest = ids[0].id();
         let (started_tx, started_rx) = mpsc::channel();
         let (rotated_tx, rotated_rx) = mpsc::channel();

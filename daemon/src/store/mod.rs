@@ -162,6 +162,11 @@ fn own_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// Whether `md` (from `lstat`) is of a regular file the daemon owns.
+fn is_own_file(md: &fs::Metadata) -> bool {
+    md.file_type().is_file() && md.uid() == own_uid()
+}
+
 pub fn unix_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
@@ -299,7 +304,7 @@ impl Store {
     /// once in the log (a name gone meanwhile is not).
     fn own_entry(&self, name: &str) -> Option<fs::Metadata> {
         let md = fs::symlink_metadata(self.dir.join(name)).ok()?;
-        if md.file_type().is_file() && md.uid() == own_uid() {
+        if is_own_file(&md) {
             Some(md)
         } else {
             self.report_skipped(name, &md);
@@ -395,6 +400,20 @@ fn parse_id(id: &str) -> Result<SnapshotName, StoreError> {
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    /// `n` snapshots of trigger "api" a second apart from `t0`, each an
+    /// uncompressed header, oldest first.
+    pub(super) fn reserve_snapshots(store: &Store, t0: SystemTime, n: u64) -> Vec<Reservation> {
+        (0..n)
+            .map(|i| {
+                let r = store
+                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
+                    .unwrap();
+                fs::write(store.dir().join(r.file_name()), header(false)).unwrap();
+                r
+            })
+            .collect()
+    }
 
     /// A perf.data header with or without the COMPRESSED feature bit.
     pub(super) fn header(compressed: bool) -> Vec<u8> {

@@ -45,25 +45,19 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
-    use crate::store::tests::header;
+    use crate::store::tests::reserve_snapshots;
 
     #[test]
     fn retention_removes_oldest_files_and_sidecars() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), "h").unwrap();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_212_693);
-        let ids: Vec<String> = (0..4)
-            .map(|i| {
-                let r = store
-                    .reserve(None, "api", "", t0 + Duration::from_secs(i), None)
-                    .unwrap();
-                fs::write(dir.path().join(r.file_name()), header(false)).unwrap();
-                r.id()
-            })
+        let ids: Vec<String> = reserve_snapshots(&store, t0, 4)
+            .iter()
+            .map(|r| r.id())
             .collect();
         let policy = RetentionPolicy::from_limits(2, 0, Duration::ZERO);
         let (removed, kept) = store
