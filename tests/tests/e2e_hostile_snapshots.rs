@@ -950,6 +950,11 @@ fn a_kallsyms_that_cannot_be_used_is_said_at_once() {
         (a.clone(), "Too many levels of symbolic links"),
     ];
     let snapshot = path.to_str().unwrap();
+    // "At once" against the same report without the option, run here under
+    // the same load: a fixed bound failed on a loaded machine (over 20 s).
+    let plain = measured(dir, &["--json", "report", snapshot, "-o", "plain.html"]);
+    assert!(plain.out.status.success(), "{}", plain.stderr());
+    let at_once = plain.wall * 2 + Duration::from_secs(10);
     for (i, (kallsyms, why)) in cases.iter().enumerate() {
         let k = kallsyms.to_str().unwrap();
         let page = format!("r{i}.html");
@@ -965,7 +970,12 @@ fn a_kallsyms_that_cannot_be_used_is_said_at_once() {
         );
         assert_eq!(m.killed, None, "{k}");
         assert!(m.out.status.success(), "{k}: {}", m.stderr());
-        assert!(m.wall < Duration::from_secs(20), "{k}: {:?}", m.wall);
+        assert!(
+            m.wall < at_once,
+            "{k}: {:?}, {:?} without --kallsyms",
+            m.wall,
+            plain.wall
+        );
         let v: Value = serde_json::from_slice(&m.out.stdout).expect("JSON");
         let not_used = v["not_used"].as_array().expect("not_used");
         assert_eq!(not_used.len(), 1, "{v}");
