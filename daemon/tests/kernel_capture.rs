@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use flightrecd::abi::layout::SampleLayout;
+use flightrecd::abi::layout::{RecordLayouts, SampleLayout};
 use flightrecd::abi::{get_u64, record_type, sample};
 use flightrecd::perf::event::EventSpec;
 use flightrecd::recorder::CpuCapture;
@@ -313,9 +313,35 @@ fn the_lossless_freeze_loses_nothing_and_reaches_back_across_captures() {
         // The third window is the first set's ring again, walked from where
         // the second capture re-enabled it, followed by the second set's
         // window from the first capture on: it reaches back to the first
-        // capture, not past it.
+        // capture, not past it. Its oldest sample is the second set's
+        // oldest, the same one the second window holds, and no sample of
+        // the first set's first window.
+        let (c_old_id, first_set) = (
+            oldest_sample_id(c, sample_type),
+            oldest_sample_id(a, sample_type),
+        );
+        assert_ne!(
+            c_old_id, first_set,
+            "CPU {}: the third window reaches back into the first set's first window",
+            c.cpu
+        );
+        let second_set_oldest_in_b = sample_times_and_ids(b, sample_type)
+            .into_iter()
+            .filter(|&(_, id)| id == c_old_id)
+            .map(|(time, _)| time)
+            .min();
+        assert_eq!(
+            Some(c_old),
+            second_set_oldest_in_b,
+            "CPU {}: the third window does not start where the second set's recording starts",
+            c.cpu
+        );
+        // And that recording starts at the first capture: a paused freeze
+        // would leave the whole hold out (the control test below). The
+        // bound is half the hold, not two ticks: a virtual CPU the host
+        // does not run for a millisecond or two takes no sample either.
         assert!(
-            c_old <= a_new + CLOCK_GAP_NS && c_old + CLOCK_GAP_NS >= a_new,
+            c_old.abs_diff(a_new) < HOLD.as_nanos() as u64 / 2,
             "CPU {}: the third window starts {} µs from the first capture",
             c.cpu,
             c_old.abs_diff(a_new) / 1000
@@ -408,12 +434,29 @@ impl Drop for Spin {
 const HOLD: Duration = Duration::from_millis(20);
 
 fn sample_times(c: &CpuCapture, sample_type: u64) -> Vec<u64> {
+    sample_times_and_ids(c, sample_type)
+        .into_iter()
+        .map(|(time, _)| time)
+        .collect()
+}
+
+/// `(time, event id)` of every sample of a CPU capture.
+fn sample_times_and_ids(c: &CpuCapture, sample_type: u64) -> Vec<(u64, u64)> {
     let layout = SampleLayout::new(sample_type);
     flightrecd::ring::records(&c.records)
         .filter_map(Result::ok)
         .filter(|(h, _)| h.type_ == record_type::SAMPLE)
-        .filter_map(|(_, r)| layout.time_and_cpu(r).0)
+        .filter_map(|(_, r)| Some((layout.time_and_cpu(r).0?, RecordLayouts::identifier(r)?)))
         .collect()
+}
+
+/// The event id of a CPU capture's oldest sample: which set's ring it came from.
+fn oldest_sample_id(c: &CpuCapture, sample_type: u64) -> u64 {
+    sample_times_and_ids(c, sample_type)
+        .into_iter()
+        .min()
+        .unwrap_or_else(|| panic!("CPU {}: no sample", c.cpu))
+        .1
 }
 
 /// These tests time what happens under load: run them one at a time.
