@@ -304,12 +304,8 @@ fn the_lossless_freeze_loses_nothing_and_reaches_back_across_captures() {
         // hold, not two ticks: a virtual CPU the host does not run for a
         // millisecond or two takes no sample either.
         let first_set = oldest_sample_id(a, sample_type);
-        let standby_start = sample_times_and_ids(b, sample_type)
-            .into_iter()
-            .filter(|&(_, id)| id != first_set)
-            .map(|(time, _)| time)
-            .min()
-            .unwrap_or_else(|| panic!("CPU {}: no sample of the standby set", b.cpu));
+        let standby_start =
+            oldest_sample_of(b, sample_type, "the standby set", |id| id != first_set);
         assert!(
             standby_start.abs_diff(a_new) < HOLD.as_nanos() as u64 / 2,
             "CPU {}: the standby set's samples start {} µs from the first capture",
@@ -348,12 +344,8 @@ fn the_lossless_freeze_loses_nothing_and_reaches_back_across_captures() {
         // The first set's samples in the third window start where the
         // second capture re-enabled it: nothing between the second and
         // third windows is left out.
-        let first_set_again = sample_times_and_ids(c, sample_type)
-            .into_iter()
-            .filter(|&(_, id)| id == first_set)
-            .map(|(time, _)| time)
-            .min()
-            .unwrap_or_else(|| panic!("CPU {}: no sample of the first set", c.cpu));
+        let first_set_again =
+            oldest_sample_of(c, sample_type, "the first set", |id| id == first_set);
         assert!(
             first_set_again.abs_diff(b_new) < HOLD.as_nanos() as u64 / 2,
             "CPU {}: {} µs between the second and third windows",
@@ -444,6 +436,22 @@ fn sample_times_and_ids(c: &CpuCapture, sample_type: u64) -> Vec<(u64, u64)> {
         .filter(|(h, _)| h.type_ == record_type::SAMPLE)
         .filter_map(|(_, r)| Some((layout.time_and_cpu(r).0?, RecordLayouts::identifier(r)?)))
         .collect()
+}
+
+/// The time of the oldest sample of a CPU capture whose event id passes
+/// `of_set`: where that set's samples start (`set` names it in the panic).
+fn oldest_sample_of(
+    c: &CpuCapture,
+    sample_type: u64,
+    set: &str,
+    of_set: impl Fn(u64) -> bool,
+) -> u64 {
+    sample_times_and_ids(c, sample_type)
+        .into_iter()
+        .filter(|&(_, id)| of_set(id))
+        .map(|(time, _)| time)
+        .min()
+        .unwrap_or_else(|| panic!("CPU {}: no sample of {set}", c.cpu))
 }
 
 /// The event id of a CPU capture's oldest sample: which set's ring it came from.
