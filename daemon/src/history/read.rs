@@ -60,6 +60,12 @@ pub fn index_dir(dir: &Path, boot_id: &str) -> io::Result<Vec<SegmentInfo>> {
 /// one.
 fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> {
     let (file, len) = open_segment(path, u64::MAX)?;
+    // Segments are created unsynced: after a power cut one may be shorter
+    // than its first frame, or empty. It is the daemon's (open_segment
+    // checked the owner) and holds nothing.
+    if len < (FILE_MAGIC.len() + HEADER_LEN) as u64 {
+        return Ok(None);
+    }
     let mut frames = Frames::new(&file, len)?;
     let (mut first, mut last) = (None::<SampleTime>, None::<SampleTime>);
     let mut checkpoint = None;
@@ -291,4 +297,33 @@ pub fn read_window<E: From<io::Error>>(
         }
     }
     Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_shorter_than_its_first_frame_is_removed_and_a_foreign_file_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let empty = dir.path().join("seg-00000000000000000001.hist");
+        let short = dir.path().join("seg-00000000000000000002.hist");
+        let foreign = dir.path().join("seg-00000000000000000003.hist");
+        std::fs::write(&empty, b"").unwrap();
+        std::fs::write(&short, FILE_MAGIC).unwrap();
+        // Long enough for a segment, without its magic: not the daemon's
+        // making, left alone.
+        std::fs::write(&foreign, vec![0u8; FILE_MAGIC.len() + HEADER_LEN]).unwrap();
+        let indexed = index_dir(dir.path(), "this boot").expect("index");
+        assert!(indexed.is_empty());
+        assert!(!empty.exists(), "an empty segment is removed");
+        assert!(
+            !short.exists(),
+            "a segment without a whole frame header is removed"
+        );
+        assert!(
+            foreign.exists(),
+            "a file that is not a segment is left alone"
+        );
+    }
 }
