@@ -406,9 +406,9 @@ impl Writer {
         let new = NewFile::create(&settings.dir, &name, Access::new(0o640, settings.group))?;
         // Not synced: a segment outlives a restart of the daemon (the page
         // cache keeps it) but not a reboot (another boot's segments are
-        // removed at start), so a sync buys nothing, while the writer
-        // waits for it and the rings fill (the file's and the directory's
-        // sync: 1 ms on an idle disk here, 16-28 ms beside a large write).
+        // removed at start), so a sync buys nothing and only holds the
+        // writer while the rings fill (the file's and the directory's: a
+        // millisecond here, a wait for the filesystem's journal anywhere).
         let mut file = new
             .place_unsynced(Existing::Keep)
             .map_err(|e| e.into_io())?;
