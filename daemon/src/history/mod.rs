@@ -1,10 +1,11 @@
 //! The history tier (`[history]`, off by default): the look-back kept on
 //! disk, minutes rather than the seconds the memory rings hold.
 //!
-//! With it on, the recorder opens every event once more per CPU into a
-//! forward ring that is never overwritten (`perf::history_ring`); a drain
-//! thread (`drain`) woken by the kernel at each ring's watermark copies
-//! them out into a bounded queue, and the writer (`writer`) takes that
+//! With it on, the recorder offers its records as a stream
+//! ([`crate::recorder::RecordTap`], the one seam between the two); a
+//! drain thread (`drain`) woken by the kernel at each ring's watermark
+//! copies them out into a bounded queue (`queue`), and the writer
+//! (`writer`, with what both share in `shared`) takes that
 //! and the tracking records a few times a second into zstd frames
 //! appended to segment files (`segment`,
 //! the format), each starting with the events it uses and a checkpoint of
@@ -20,13 +21,16 @@ pub mod cut;
 mod disk;
 mod drain;
 mod handle;
+mod queue;
 pub mod read;
 pub mod retention;
 pub mod segment;
+mod shared;
 mod status;
 mod unwind;
 mod writer;
 
-pub use handle::{History, HistorySources, boot_id};
+pub use handle::History;
 pub use retention::SegmentInfo;
+pub use shared::{HistorySources, boot_id};
 pub use status::{HistorySettings, HistoryStatus};

@@ -22,12 +22,12 @@ use flightrec_files::{Access, Existing, NewFile};
 
 use super::batch::{Pending, frame_parts};
 use super::disk::remove_segment;
-use super::drain::{Fate, fate};
-use super::handle::{HistorySources, Shared, lock};
+use super::queue::{Fate, fate};
 use super::retention::{SegmentInfo, segments_to_drop};
 use super::segment::{
     FILE_MAGIC, FrameEncoder, FrameKind, SegmentEvent, SegmentEvents, encode_frame,
 };
+use super::shared::{HistorySources, Shared, lock};
 use super::unwind::{StackUnwinder, UnwindCounts};
 use crate::abi::layout::RecordLayouts;
 use crate::recorder::{Recorder, layouts_of};
@@ -118,7 +118,7 @@ impl Writer {
         let Some(recorder) = (self.sources.recorder)() else {
             return;
         };
-        if !recorder.records_history() {
+        if recorder.tap().is_none() {
             return;
         }
         self.take_drained(&recorder);
@@ -250,7 +250,10 @@ impl Writer {
     }
 
     fn take_tracking(&mut self, recorder: &Recorder) {
-        let (tracking, dropped) = recorder.take_tracking_for_history();
+        let Some(tap) = recorder.tap() else {
+            return;
+        };
+        let (tracking, dropped) = tap.take_tracking();
         self.pending.tracking.add(&tracking, &self.layouts);
         if dropped > 0 {
             lock(&self.shared.index).status.tracking_dropped += dropped;
@@ -345,8 +348,10 @@ impl Writer {
         let now = crate::host::sample_clock_now()
             .ok_or_else(|| io::Error::other("the sample clock cannot be read"))?;
         let checkpoint = recorder
-            .history_checkpoint(now.as_nanos())
-            .map_err(io::Error::other)?;
+            .tap()
+            .ok_or_else(|| io::Error::other("the recorder has no record tap"))?
+            .checkpoint(now.as_nanos())
+            .map_err(|e| io::Error::other(format!("walking the tracking log failed: {e}")))?;
         self.pending
             .tracking
             .add(&checkpoint.records, &self.layouts);

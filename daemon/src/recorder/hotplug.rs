@@ -80,7 +80,11 @@ fn follow(live: &Live, epoll: &Epoll) {
 fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
     let tracking = live.opener.tracking(cpu)?;
     let samples = live.opener.samples(cpu)?;
-    let history = live.opener.history(cpu)?;
+    let tapped = live
+        .tap
+        .as_ref()
+        .map(|tap| tap.open(cpu, &live.opener.events))
+        .transpose()?;
     let tracking_id = tracking.id();
     // No capture while the rings change.
     let _no_capture = lock(&live.capture_lock);
@@ -104,16 +108,12 @@ fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         rings.put(samples, tracking_id);
-        if let Some(history) = &history {
-            rings.add_sample_ids(history.ids());
+        if let Some(ring) = &tapped {
+            rings.add_sample_ids(ring.ids());
         }
     }
-    if let Some(history) = history {
-        history.enable()?;
-        let mut rings = lock(&live.history);
-        // In place of the ring of the CPU's earlier life (idle since).
-        rings.retain(|r| r.cpu() != cpu);
-        rings.push(history);
+    if let (Some(tap), Some(ring)) = (&live.tap, tapped) {
+        tap.put(ring)?;
     }
     Ok(())
 }

@@ -8,11 +8,10 @@ use crate::tracking::cgroups::CgroupTable;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
-use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
-
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
+use super::tap::{RecordTap, TapRings};
 use crate::host::{HostInfo, HostInfoError, kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
@@ -46,7 +45,7 @@ pub struct RecorderConfig {
     /// sample-ring memory.
     pub lossless_freeze: bool,
     /// With `[history]` on: one more set of the events per CPU, in a
-    /// forward ring of this many bytes that the history writer drains.
+    /// forward ring of this many bytes behind the record tap.
     pub history_ring_bytes_per_cpu: Option<u64>,
     /// Record each sample's cgroup id, and name every cgroup of this
     /// hierarchy (`[containers] cgroups`).
@@ -97,19 +96,6 @@ pub enum CaptureError {
     #[error("gathering host facts: {0}")]
     Host(#[from] HostInfoError),
 }
-
-/// See [`Recorder::history_checkpoint`].
-pub struct HistoryCheckpoint {
-    pub processes: Vec<ProcessState>,
-    /// Every cgroup known (with cgroup ids recorded).
-    pub cgroups: Vec<(u64, Arc<str>)>,
-    pub records: Vec<u8>,
-    pub dropped: u64,
-}
-
-/// What [`Recorder::drain_history`] hands each CPU's records to: the CPU,
-/// then the records in two parts where the ring wraps.
-pub type HistoryDrain<'a> = dyn FnMut(u32, &[u8], &[u8]) + 'a;
 
 /// See [`Recorder::maps_now`].
 pub struct MapsNow {
@@ -196,25 +182,30 @@ impl Recorder {
             tracking_pages,
             tracking,
             sets_per_cpu: if config.lossless_freeze { 2 } else { 1 },
-            history_pages,
         };
         let cpu_rings = cpus
             .iter()
             .map(|&cpu| opener.samples(cpu))
             .collect::<Result<Vec<_>, PerfError>>()?;
-        let mut history = Vec::new();
-        for &cpu in &cpus {
-            history.extend(opener.history(cpu)?);
-        }
+        let tap = history_pages.map(TapRings::new);
+        let tapped = match &tap {
+            Some(tap) => cpus
+                .iter()
+                .map(|&cpu| tap.open(cpu, &resolved))
+                .collect::<Result<Vec<_>, PerfError>>()?,
+            None => Vec::new(),
+        };
         let mut rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
-        for ring in &history {
+        for ring in &tapped {
             rings.add_sample_ids(ring.ids());
         }
         for ring in &rings.cpus {
             ring.enable()?;
         }
-        for ring in &history {
-            ring.enable()?;
+        if let Some(tap) = &tap {
+            for ring in tapped {
+                tap.put(ring)?;
+            }
         }
         let tracking_attr = tracking_rings[0].attr();
         let tracking_id = tracking_rings[0].id();
@@ -223,8 +214,8 @@ impl Recorder {
             // After the tracking rings: a cgroup made meanwhile is in both.
             tracking.track_cgroups(CgroupTable::seeded(walk_cgroups(&hierarchy.mount)));
         }
-        if !history.is_empty() {
-            tracking.tap_for_history();
+        if tap.is_some() {
+            tracking.tap_records();
         }
         tracking.drain();
         let tracking = Arc::new(Mutex::new(tracking));
@@ -234,7 +225,7 @@ impl Recorder {
             tracking: Arc::clone(&tracking),
             capture_lock: Mutex::new(()),
             online: Mutex::new(cpus),
-            history: Mutex::new(history),
+            tap,
         });
         let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
             .map_err(CaptureError::DrainThread)?;
@@ -319,47 +310,13 @@ impl Recorder {
         Ok(())
     }
 
-    /// Whether this recorder streams to the history (`[history]` on).
-    pub fn records_history(&self) -> bool {
-        self.live.opener.history_pages.is_some()
-    }
-
-    /// Bytes of every CPU's history ring together (0 without the history).
-    pub fn history_ring_bytes(&self) -> usize {
-        let per_cpu = self
-            .live
-            .opener
-            .history_pages
-            .map_or(0, |pages| pages.saturating_mul(page_size()));
-        per_cpu.saturating_mul(lock(&self.live.history).len())
-    }
-
-    /// Adds every history ring's fd to `epoll` (data: its index), so a
-    /// drain is woken when the kernel fills one to its watermark.
-    pub fn watch_history(&self, epoll: &Epoll) -> nix::Result<()> {
-        for (i, ring) in lock(&self.live.history).iter().enumerate() {
-            epoll.add(ring.fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
-        }
-        Ok(())
-    }
-
-    /// Empties every CPU's history ring, handing `f` the CPU and its
-    /// records (oldest first) where the kernel wrote them, in two parts
-    /// where the ring wraps: `f` copies what it keeps.
-    pub fn drain_history(&self, f: &mut HistoryDrain<'_>) {
-        let mut rings = lock(&self.live.history);
-        for ring in rings.iter_mut() {
-            let cpu = ring.cpu();
-            ring.drain_in_place(&mut |first, second| f(cpu, first, second));
-        }
-    }
-
-    /// With the history on: the tracking records appended since the last
-    /// call (the tracking rings drained first), and how many were dropped.
-    pub fn take_tracking_for_history(&self) -> (Vec<u8>, u64) {
-        let mut tracking = lock(&self.live.tracking);
-        tracking.drain();
-        tracking.take_for_history()
+    /// The records as a stream, with `[history]` on (None without).
+    pub fn tap(&self) -> Option<RecordTap<'_>> {
+        let rings = self.live.tap.as_ref()?;
+        Some(RecordTap {
+            tracking: &self.live.tracking,
+            rings,
+        })
     }
 
     /// The maps of processes `pids` as known now (shared, not copied: a
@@ -395,34 +352,6 @@ impl Recorder {
                 .collect(),
             build_ids: tracking.build_ids(),
         }
-    }
-
-    /// What a history segment starts with: every process at sample time
-    /// `at_ns` (build-ids filled in), and the tracking records the history
-    /// has not taken yet (all older than that state), with how many were
-    /// dropped; the tracking rings are drained first, under one lock, so
-    /// the records after the state are exactly those taken next time.
-    pub fn history_checkpoint(&self, at_ns: u64) -> Result<HistoryCheckpoint, CaptureError> {
-        let mut tracking = lock(&self.live.tracking);
-        tracking.drain();
-        let (records, dropped) = tracking.take_for_history();
-        let window = tracking
-            .log()
-            .window(at_ns)
-            .map_err(CaptureError::TrackingWalk)?;
-        let build_ids = tracking.build_ids();
-        let cgroups = tracking.cgroups().map(|c| c.all()).unwrap_or_default();
-        drop(tracking);
-        let mut processes = window.processes;
-        for p in &mut processes {
-            p.maps.fill_build_ids(|m| build_ids.for_map(m));
-        }
-        Ok(HistoryCheckpoint {
-            processes,
-            cgroups,
-            records,
-            dropped,
-        })
     }
 
     /// Every cgroup known (empty when cgroup ids are not recorded).

@@ -8,7 +8,8 @@
 //! - [`capture`]: freeze, copy and resume the rings into a [`Capture`];
 //! - [`status`]: its health, as `snapctl status` shows it, with how far
 //!   back the rings reach (`reach`, read without freezing them);
-//! - [`maps_needed`]: which processes' maps a snapshot must carry.
+//! - [`maps_needed`]: which processes' maps a snapshot must carry;
+//! - [`tap`]: the records as a stream, for the history ([`RecordTap`]).
 
 pub mod capture;
 mod hotplug;
@@ -18,6 +19,7 @@ mod reach;
 mod rings;
 pub mod start;
 pub mod status;
+pub mod tap;
 
 use std::time::Duration;
 
@@ -29,9 +31,10 @@ use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use crate::host::HostInfo;
-pub use lifecycle::{CaptureError, HistoryCheckpoint, MapsNow, Recorder, RecorderConfig};
+pub use lifecycle::{CaptureError, MapsNow, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuLosses, CpuStatus, RecorderStatus};
+pub use tap::{Checkpoint, RecordTap};
 
 /// One configured event as the kernel opened it: the attr passed to
 /// `perf_event_open`, the name as the user wrote it, and the kernel id

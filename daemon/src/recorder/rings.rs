@@ -10,7 +10,6 @@ use super::EventDescriptor;
 use crate::abi::layout::RecordLayouts;
 use crate::perf::PerfError;
 use crate::perf::event::ResolvedEvent;
-use crate::perf::history_ring::HistoryRing;
 use crate::perf::sample_ring::SampleRing;
 use crate::perf::tracking_ring::{TRACKING_EVENT_NAME, TrackingOptions, TrackingRing};
 use crate::tracking::drain::Tracking;
@@ -25,9 +24,9 @@ pub(super) struct Live {
     pub(super) capture_lock: Mutex<()>,
     /// The CPUs online at the last look, ascending.
     pub(super) online: Mutex<Vec<u32>>,
-    /// With `[history]` on, each CPU's history ring (drained by the history
-    /// writer, never by a capture).
-    pub(super) history: Mutex<Vec<HistoryRing>>,
+    /// With `[history]` on, the rings behind the record tap (drained by
+    /// the history, never by a capture).
+    pub(super) tap: Option<super::tap::TapRings>,
 }
 
 impl Live {
@@ -91,21 +90,12 @@ pub(super) struct RingOpener {
     pub(super) tracking: TrackingOptions,
     /// 2 with the lossless freeze, else 1.
     pub(super) sets_per_cpu: usize,
-    /// Pages of each CPU's history ring, with `[history]` on.
-    pub(super) history_pages: Option<usize>,
 }
 
 impl RingOpener {
     /// The tracking ring of `cpu`, disabled.
     pub(super) fn tracking(&self, cpu: u32) -> Result<TrackingRing, PerfError> {
         TrackingRing::open(cpu, self.tracking_pages, self.tracking)
-    }
-
-    /// The history ring of `cpu` (disabled), with `[history]` on.
-    pub(super) fn history(&self, cpu: u32) -> Result<Option<HistoryRing>, PerfError> {
-        self.history_pages
-            .map(|pages| HistoryRing::open(cpu, &self.events, pages))
-            .transpose()
     }
 
     /// The sample rings of `cpu`, disabled, with the copy buffer's pages
@@ -189,7 +179,7 @@ impl Rings {
         }
     }
 
-    /// Makes `ids` (one per sample event, in event order: a history ring's)
+    /// Makes `ids` (one per sample event, in event order: a tap ring's)
     /// known as those events'.
     pub(super) fn add_sample_ids(&mut self, ids: &[u64]) {
         for (event, &id) in self.events.iter_mut().zip(ids) {

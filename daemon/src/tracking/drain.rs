@@ -39,9 +39,9 @@ pub struct Tracking {
     build_ids: Arc<BuildIds>,
     /// Modules loaded after start, polled from the drain (see `modules`).
     modules: Option<ModuleWatch>,
-    /// With `[history]` on: the records appended to the log since the
-    /// history writer last took them.
-    history_tap: Option<HistoryTap>,
+    /// With a tap on (`[history]`): the records appended to the log since
+    /// they were last taken.
+    tap: Option<Tapped>,
     /// With cgroup ids recorded: every cgroup seen.
     cgroups: Option<CgroupTable>,
 }
@@ -65,18 +65,18 @@ fn seeded_files(log: &TrackingLog) -> Vec<(MappedFile, MappedBy)> {
     out
 }
 
-/// Records kept for the history writer, bounded: past [`MAX_TAP_BYTES`]
-/// (a writer that stopped taking them) they are counted, not kept.
+/// Records kept for whoever taps the log, bounded: past [`MAX_TAP_BYTES`]
+/// (a taker that stopped taking them) they are counted, not kept.
 #[derive(Default)]
-struct HistoryTap {
+struct Tapped {
     records: Vec<u8>,
     dropped: u64,
 }
 
-/// Most bytes of tracking records waiting for the history writer.
+/// Most bytes of tracking records waiting to be taken.
 pub const MAX_TAP_BYTES: usize = 32 << 20;
 
-impl HistoryTap {
+impl Tapped {
     fn push(&mut self, record: &[u8]) {
         if self.records.len() + record.len() > MAX_TAP_BYTES {
             self.dropped += 1;
@@ -103,7 +103,7 @@ impl Tracking {
             batch: Vec::new(),
             build_ids,
             modules: None,
-            history_tap: None,
+            tap: None,
             cgroups: None,
         }
     }
@@ -120,16 +120,16 @@ impl Tracking {
     }
 
     /// Keeps every record appended to the log from now on for
-    /// [`Tracking::take_for_history`].
-    pub fn tap_for_history(&mut self) {
-        self.history_tap.get_or_insert_with(HistoryTap::default);
+    /// [`Tracking::take_tapped`].
+    pub fn tap_records(&mut self) {
+        self.tap.get_or_insert_with(Tapped::default);
     }
 
     /// The records appended to the log since the last call, oldest first,
     /// with the build-ids known by now filled in, and how many were dropped
     /// because nobody took them in time.
-    pub fn take_for_history(&mut self) -> (Vec<u8>, u64) {
-        let Some(tap) = &mut self.history_tap else {
+    pub fn take_tapped(&mut self) -> (Vec<u8>, u64) {
+        let Some(tap) = &mut self.tap else {
             return (Vec::new(), 0);
         };
         let mut records = std::mem::take(&mut tap.records);
@@ -269,7 +269,7 @@ impl Tracking {
         self.batch.sort_by_key(|&(time, _, _)| time);
         for &(_, offset, len) in &self.batch {
             self.log.append(&self.scratch[offset..offset + len]);
-            if let Some(tap) = &mut self.history_tap {
+            if let Some(tap) = &mut self.tap {
                 tap.push(&self.scratch[offset..offset + len]);
             }
         }
@@ -290,7 +290,7 @@ impl Tracking {
         let n = watch.poll(std::time::Instant::now(), now_ns, &mut self.scratch);
         for (_, record) in records(&self.scratch).map_while(Result::ok) {
             self.log.append(record);
-            if let Some(tap) = &mut self.history_tap {
+            if let Some(tap) = &mut self.tap {
                 tap.push(record);
             }
         }
