@@ -55,6 +55,10 @@ pub fn index_dir(dir: &Path, boot_id: &str) -> io::Result<Vec<SegmentInfo>> {
     Ok(out)
 }
 
+/// Bytes of the shortest segment that holds anything: the magic and one
+/// frame's header.
+const SHORTEST_SEGMENT: u64 = (FILE_MAGIC.len() + HEADER_LEN) as u64;
+
 /// A segment's times, events and whole bytes, reading only the frame
 /// headers (and the events frame); None for another boot's or an empty
 /// one.
@@ -63,7 +67,7 @@ fn index_segment(path: &Path, boot_id: &str) -> io::Result<Option<SegmentInfo>> 
     // Segments are created unsynced: after a power cut one may be shorter
     // than its first frame, or empty. It is the daemon's (open_segment
     // checked the owner) and holds nothing.
-    if len < (FILE_MAGIC.len() + HEADER_LEN) as u64 {
+    if len < SHORTEST_SEGMENT {
         return Ok(None);
     }
     let mut frames = Frames::new(&file, len)?;
@@ -134,7 +138,7 @@ struct Frames<'f> {
 impl<'f> Frames<'f> {
     fn new(file: &'f File, len: u64) -> io::Result<Self> {
         let mut magic = [0u8; 8];
-        if len < (FILE_MAGIC.len() + HEADER_LEN) as u64 {
+        if len < SHORTEST_SEGMENT {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "shorter than a segment",
