@@ -150,6 +150,15 @@ pub fn push_cgroup(
     })
 }
 
+/// LOST: `lost` samples of the event with id `lost_id` dropped, as the
+/// kernel writes it in a ring (by a reader that lost them itself).
+pub fn push_lost(out: &mut Vec<u8>, attr: &EventAttr, lost_id: u64, lost: u64, id: &SampleId) {
+    push_record(out, record_type::LOST, 0, attr, id, |b| {
+        b.extend_from_slice(&lost_id.to_le_bytes());
+        b.extend_from_slice(&lost.to_le_bytes());
+    });
+}
+
 /// LOST_SAMPLES: perf report's "Total Lost Samples".
 pub fn push_lost_samples(out: &mut Vec<u8>, attr: &EventAttr, lost: u64, id: &SampleId) {
     push_record(out, record_type::LOST_SAMPLES, 0, attr, id, |b| {
@@ -192,6 +201,28 @@ mod tests {
         assert_eq!(out[24], 0);
         assert_eq!(get_u64(&out, out.len() - 8), 0xabc);
         assert_eq!(get_u64(&out, out.len() - 24), 99);
+    }
+
+    #[test]
+    fn a_lost_record_names_the_event_and_count_then_its_trailer() {
+        let id = SampleId {
+            pid: 0,
+            tid: 0,
+            time: 1234,
+            id: 77,
+            cpu: 1,
+        };
+        let mut out = Vec::new();
+        push_lost(&mut out, &tracking_attr(), 77, 4096, &id);
+        let h = RecordHeader::parse(&out).unwrap();
+        assert_eq!(h.type_, record_type::LOST);
+        assert_eq!(usize::from(h.size), out.len());
+        // header, id, lost, then TID, TIME, CPU and IDENTIFIER.
+        assert_eq!(out.len(), 8 + 16 + 8 + 8 + 8 + 8);
+        assert_eq!(get_u64(&out, 8), 77);
+        assert_eq!(get_u64(&out, 16), 4096);
+        assert_eq!(get_u64(&out, 32), 1234);
+        assert_eq!(get_u64(&out, out.len() - 8), 77);
     }
 
     #[test]

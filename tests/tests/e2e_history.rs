@@ -517,16 +517,16 @@ fn records_lost_while_the_writer_lags_are_counted_and_in_the_window() {
     );
     wait_for_history(&d, 1.0);
     let stopped_at = unix_now_ns();
-    // The whole daemon stops (the writer with it) while the kernel keeps
-    // writing its history rings: once full, it drops records and says so
-    // with a LOST record when the writer drains them again. Stopped a
-    // second longer each time until a loss is seen: the witness.
+    // The whole daemon stops (the drain with it) while the kernel keeps
+    // writing its rings: once round, it overwrites records not read yet,
+    // and the drain after the resume says so with a LOST record. Stopped
+    // a second longer each time until a loss is seen: the witness.
     let mut lost = 0;
     for secs in 2..10 {
         d.signal("STOP");
         std::thread::sleep(Duration::from_secs(secs));
         d.signal("CONT");
-        // The drain after the resume delivers the LOST record.
+        // The drain after the resume makes the LOST record.
         let deadline = Instant::now() + Duration::from_secs(5);
         while lost == 0 && Instant::now() < deadline {
             let status = d.json(&["status"]);
@@ -571,8 +571,8 @@ fn records_lost_while_the_writer_lags_are_counted_and_in_the_window() {
         .map(|c| c["history_lost"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(per_cpu, status["history"]["lost"].as_u64().unwrap_or(0));
-    // A window from before the stop to now holds the LOST records (the
-    // kernel writes one when the drain after the resume frees space).
+    // A window from before the stop to now holds the LOST records (made
+    // by the drain after the resume).
     let since = (unix_now_ns() - stopped_at) / 1_000_000_000 + 2;
     let dump = d.json(&["dump", "--before", &format!("{since}s")]);
     let (records, samples) = lost_in(Path::new(dump["path"].as_str().expect("path")));

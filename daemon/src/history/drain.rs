@@ -2,22 +2,23 @@
 //! of the recorder's record tap into a bounded queue the writer takes
 //! from (`queue`; stack copies unwound on the way where the unwinder is
 //! ready for them, see `unwind`), woken by
-//! the kernel when a ring is a quarter full (epoll on the rings' fds, as
+//! the kernel when a ring is half written (epoll on the rings' fds, as
 //! perf's reader waits on its rings) and at least every [`ROUND`].
 //!
 //! A drain is a copy, a few hundred microseconds for a full ring (a few
 //! milliseconds for a 16 MiB one of stack copies, ~3 µs each unwound),
-//! so the rings are emptied on time while the writer compresses or waits
-//! for the disk. Both run at `history.writer_nice` (-10): under a load of
+//! so the rings are read before the kernel comes round to overwrite them
+//! while the writer compresses or waits for the disk. Both run at `history.writer_nice` (-10): under a load of
 //! hundreds of runnable tasks a nice-0 thread that has work waiting gets
 //! a few milliseconds of CPU a second (measured at 19999 Hz: the writer
 //! waited runnable 10.9 s of 14 s and the queue filled), and raising it
 //! changes when the work is done, not how much of it there is.
 //!
 //! When the queue is full (the writer far behind) the drain leaves the
-//! rings as they are: the kernel then drops records and says so with LOST
-//! records, which the history counts where they happened. The queue's
-//! memory is bounded by the rings' size, not by the load.
+//! rings as they are: the kernel then overwrites records not read yet, and
+//! the tap counts them in LOST records where they were (`recorder::tap`),
+//! which the history counts. The queue's memory is bounded by the rings'
+//! size, not by the load.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -62,8 +63,8 @@ impl DrainThread {
                 if let Err(e) = run(&shared, &recorder, &stop_in_thread) {
                     // The writer still drains at each of its rounds.
                     tracing::error!(
-                        "waiting for history ring wakeups failed: {e}; the history's rings are \
-                         now drained only by its writer"
+                        "waiting for the rings' wakeups failed: {e}; the history now drains \
+                         them only at its writer's rounds"
                     );
                 }
             })?;

@@ -23,7 +23,7 @@ const MIN_QUEUE_BYTES: usize = 16 << 20;
 /// is over.
 const SPARE_BYTES: usize = 16 << 20;
 
-/// The records of one CPU's history ring drained at once, oldest first,
+/// The records of one CPU's ring drained at once, oldest first,
 /// with the recorder they came from and its event ids at the time: a
 /// segment names the ids its records carry, so the writer starts a new
 /// one when either changes (a reload, a CPU that came online).
@@ -134,7 +134,7 @@ impl<R> DrainQueue<R> {
 }
 
 impl DrainQueue {
-    /// Drains every history ring of `recorder` into the queue, unless it
+    /// Drains `recorder`'s record tap into the queue, unless it
     /// already holds its limit. Returns false when it was full. Stack
     /// copies are unwound as they are copied out of the rings where
     /// `unwinder` is ready for them and not in use by the writer (which
@@ -159,24 +159,20 @@ impl DrainQueue {
         let mut unwinder = unwinder.as_deref_mut().and_then(Option::as_mut);
         let layouts = unwinder.is_some().then(|| self.layouts_of(recorder));
         // Copied straight out of the rings into the queue's buffers.
-        tap.drain(&mut |cpu, first, second| {
-            if first.is_empty() && second.is_empty() {
+        tap.drain(&mut |cpu, drained| {
+            if drained.is_empty() {
                 return;
             }
             let mut records = self.buffer();
             match (unwinder.as_deref_mut(), &layouts) {
                 (Some(u), Some(layouts)) => u.copy_unwinding(
                     layouts,
-                    first,
-                    second,
+                    drained,
+                    &[],
                     &mut |pids| recorder.try_maps_now(pids),
                     &mut records,
                 ),
-                _ => {
-                    records.reserve(first.len() + second.len());
-                    records.extend_from_slice(first);
-                    records.extend_from_slice(second);
-                }
+                _ => records.extend_from_slice(drained),
             }
             self.queue(recorder, 0, cpu, records);
         });

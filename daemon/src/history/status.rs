@@ -45,8 +45,9 @@ pub struct HistoryStatus {
     /// Sample times of the oldest and newest record held.
     pub oldest: Option<SampleTime>,
     pub newest: Option<SampleTime>,
-    /// Sample records the kernel dropped because the writer fell behind
-    /// (LOST records of the history rings), per CPU.
+    /// Samples lost because the history fell behind (the LOST records of
+    /// the record tap, per CPU; estimated from the bytes overwritten
+    /// before they were read, see `recorder::tap`).
     pub lost_per_cpu: BTreeMap<u32, u64>,
     /// Tracking records that never reached the history.
     pub tracking_dropped: u64,

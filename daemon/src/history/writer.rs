@@ -1,6 +1,6 @@
 //! The history writer: one thread, at `history.writer_nice` as the drain,
 //! that takes what the drain (`drain`, a thread of its own) copied out of
-//! every CPU's history ring, and the tracking records, a few times a
+//! the recorder's record tap, and the tracking records, a few times a
 //! second; compresses them into frames and appends them to the current
 //! segment; starts a new segment (events, then a checkpoint of every
 //! process) when the current one is large or old enough; and drops old

@@ -32,7 +32,7 @@ impl ForwardRing {
     /// kernel wrote them (two parts when they wrap around the end of the
     /// ring), then releases the space to the kernel. Returns the bytes
     /// handed.
-    pub fn drain_in_place(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> usize {
+    fn drain_in_place(&mut self, f: &mut dyn FnMut(&[u8], &[u8])) -> usize {
         let head = self.map.data_head();
         let size = self.map.data_size();
         let pending = head.wrapping_sub(self.tail);

@@ -7,8 +7,6 @@
 //!   pause/resume and copy-out.
 //! - [`tracking_ring`]: per-CPU forward rings of the tracking `dummy` event,
 //!   drained by advancing `data_tail` (`forward_ring`).
-//! - [`history_ring`]: per-CPU forward rings of the same events, drained
-//!   to disk by the history writer (`[history]`).
 //! - [`condition_ring`]: per-CPU forward rings of a tracepoint a
 //!   `[[trigger]]` watches.
 //! - [`sched`]: SCHED_FIFO for the threads that freeze the rings, the
@@ -24,7 +22,6 @@ pub mod cpus;
 pub mod event;
 mod forward_ring;
 pub mod heap;
-pub mod history_ring;
 mod mapping;
 pub mod sample_ring;
 pub mod sched;

@@ -52,77 +52,51 @@ pub fn check_filter(event: &ResolvedEvent, cpu: u32) -> Result<(), PerfError> {
     open_event(event, cpu).map(drop)
 }
 
-/// Every event of a set opened on one CPU, disabled, writing into the
-/// first one's ring: the sample rings and the history rings alike.
-pub(super) struct EventSet {
-    /// One fd per event, in the order of the events; the first owns the ring.
-    pub(super) fds: Vec<OwnedFd>,
-    pub(super) names: Vec<String>,
-    pub(super) ids: Vec<u64>,
-    pub(super) map: RingMap,
-}
-
-/// Opens `events` on `cpu` sharing one ring of `data_pages` pages (a power
-/// of two), mapped with `access`; `what` names the ring in errors.
-pub(super) fn open_event_set(
-    cpu: u32,
-    events: &[ResolvedEvent],
-    data_pages: usize,
-    access: Access,
-    what: &'static str,
-) -> Result<EventSet, PerfError> {
-    let Some(first) = events.first() else {
-        return Err(PerfError::Layout {
-            what,
-            cpu,
-            detail: "no events configured".into(),
-        });
-    };
-    let owner = open_event(first, cpu)?;
-    let map = RingMap::new(&owner, data_pages, access, what, cpu)?;
-    let mut fds = vec![owner];
-    for event in &events[1..] {
-        let fd = open_event(event, cpu)?;
-        sys::set_output(fd.as_fd(), fds[0].as_fd()).map_err(|source| PerfError::Ioctl {
-            op: "PERF_EVENT_IOC_SET_OUTPUT",
-            event: event.name.clone(),
-            cpu,
-            source,
-        })?;
-        fds.push(fd);
-    }
-    let names: Vec<String> = events.iter().map(|e| e.name.clone()).collect();
-    let ids = fds
-        .iter()
-        .zip(&names)
-        .map(|(fd, name)| {
-            sys::event_id(fd.as_fd()).map_err(|source| PerfError::Ioctl {
-                op: "PERF_EVENT_IOC_ID",
-                event: name.clone(),
-                cpu,
-                source,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(EventSet {
-        fds,
-        names,
-        ids,
-        map,
-    })
-}
-
 impl SampleRing {
     /// Opens every event on `cpu`, disabled, sharing one ring of
-    /// `data_pages` pages (a power of two).
+    /// `data_pages` pages (a power of two), mapped read-only: the kernel
+    /// overwrites it.
     pub fn open(cpu: u32, events: &[ResolvedEvent], data_pages: usize) -> Result<Self, PerfError> {
-        let set = open_event_set(cpu, events, data_pages, Access::ReadOnly, "sample")?;
+        let what = "sample";
+        let Some(first) = events.first() else {
+            return Err(PerfError::Layout {
+                what,
+                cpu,
+                detail: "no events configured".into(),
+            });
+        };
+        let owner = open_event(first, cpu)?;
+        let map = RingMap::new(&owner, data_pages, Access::ReadOnly, what, cpu)?;
+        let mut fds = vec![owner];
+        for event in &events[1..] {
+            let fd = open_event(event, cpu)?;
+            sys::set_output(fd.as_fd(), fds[0].as_fd()).map_err(|source| PerfError::Ioctl {
+                op: "PERF_EVENT_IOC_SET_OUTPUT",
+                event: event.name.clone(),
+                cpu,
+                source,
+            })?;
+            fds.push(fd);
+        }
+        let names: Vec<String> = events.iter().map(|e| e.name.clone()).collect();
+        let ids = fds
+            .iter()
+            .zip(&names)
+            .map(|(fd, name)| {
+                sys::event_id(fd.as_fd()).map_err(|source| PerfError::Ioctl {
+                    op: "PERF_EVENT_IOC_ID",
+                    event: name.clone(),
+                    cpu,
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             cpu,
-            fds: set.fds,
-            names: set.names,
-            ids: set.ids,
-            map: set.map,
+            fds,
+            names,
+            ids,
+            map,
         })
     }
 
@@ -137,6 +111,11 @@ impl SampleRing {
 
     pub fn data_size(&self) -> usize {
         self.map.data_size()
+    }
+
+    /// The fd to poll for the ring's wakeups.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fds[0].as_fd()
     }
 
     fn each_fd(

@@ -80,11 +80,6 @@ fn follow(live: &Live, epoll: &Epoll) {
 fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
     let tracking = live.opener.tracking(cpu)?;
     let samples = live.opener.samples(cpu)?;
-    let tapped = live
-        .tap
-        .as_ref()
-        .map(|tap| tap.open(cpu, &live.opener.events))
-        .transpose()?;
     let tracking_id = tracking.id();
     // No capture while the rings change.
     let _no_capture = lock(&live.capture_lock);
@@ -108,12 +103,6 @@ fn open_cpu(live: &Live, cpu: u32, epoll: &Epoll) -> Result<(), PerfError> {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         rings.put(samples, tracking_id);
-        if let Some(ring) = &tapped {
-            rings.add_sample_ids(ring.ids());
-        }
-    }
-    if let (Some(tap), Some(ring)) = (&live.tap, tapped) {
-        tap.put(ring)?;
     }
     Ok(())
 }

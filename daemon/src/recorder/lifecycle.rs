@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
 use super::start::{EventInfo, event_info};
-use super::tap::{RecordTap, TapRings};
+use super::tap::{FollowRings, RecordTap};
 use crate::host::{HostInfo, HostInfoError, kallsyms_text};
 use crate::perf::cpus::{CpuListError, online_cpus};
 use crate::perf::event::{EventError, EventSpec, ResolvedEvent};
@@ -44,9 +44,9 @@ pub struct RecorderConfig {
     /// capture instead of pausing the ring: nothing is lost, for twice the
     /// sample-ring memory.
     pub lossless_freeze: bool,
-    /// With `[history]` on: one more set of the events per CPU, in a
-    /// forward ring of this many bytes behind the record tap.
-    pub history_ring_bytes_per_cpu: Option<u64>,
+    /// With `[history]` on: hand the records out as they are recorded
+    /// ([`Recorder::tap`]).
+    pub tap: bool,
     /// Record each sample's cgroup id, and name every cgroup of this
     /// hierarchy (`[containers] cgroups`).
     pub cgroups: Option<CgroupHierarchy>,
@@ -64,7 +64,7 @@ impl Default for RecorderConfig {
             tracking_limits: TrackingLimits::default(),
             tracking_checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
             lossless_freeze: true,
-            history_ring_bytes_per_cpu: None,
+            tap: false,
             cgroups: None,
             cgroups_off: None,
         }
@@ -118,6 +118,9 @@ pub struct Recorder {
     pub(super) cgroup_hierarchy: Option<std::path::PathBuf>,
     /// Why cgroup ids are not recorded, when they are not.
     pub(super) cgroup_reason: Option<String>,
+    /// With `[history]` on: where the record tap's last look left each
+    /// ring.
+    pub(super) tap: Option<Arc<FollowRings>>,
 }
 
 impl Recorder {
@@ -142,10 +145,6 @@ impl Recorder {
         let page = page_size();
         let sample_pages = data_pages_for(config.ring_bytes_per_cpu, page)?;
         let tracking_pages = data_pages_for(config.tracking_ring_bytes_per_cpu, page)?;
-        let history_pages = config
-            .history_ring_bytes_per_cpu
-            .map(|b| data_pages_for(b, page))
-            .transpose()?;
 
         // Tracking first, so nothing between the /proc scan and the first
         // sample goes unseen.
@@ -187,26 +186,11 @@ impl Recorder {
             .iter()
             .map(|&cpu| opener.samples(cpu))
             .collect::<Result<Vec<_>, PerfError>>()?;
-        let tap = history_pages.map(TapRings::new);
-        let tapped = match &tap {
-            Some(tap) => cpus
-                .iter()
-                .map(|&cpu| tap.open(cpu, &resolved))
-                .collect::<Result<Vec<_>, PerfError>>()?,
-            None => Vec::new(),
-        };
-        let mut rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
-        for ring in &tapped {
-            rings.add_sample_ids(ring.ids());
-        }
+        let rings = Rings::new(&resolved, cpu_rings, &tracking_rings);
         for ring in &rings.cpus {
             ring.enable()?;
         }
-        if let Some(tap) = &tap {
-            for ring in tapped {
-                tap.put(ring)?;
-            }
-        }
+        let tap = config.tap.then(|| Arc::new(FollowRings::default()));
         let tracking_attr = tracking_rings[0].attr();
         let tracking_id = tracking_rings[0].id();
         let mut tracking = Tracking::new(tracking_rings, log);
@@ -225,7 +209,6 @@ impl Recorder {
             tracking: Arc::clone(&tracking),
             capture_lock: Mutex::new(()),
             online: Mutex::new(cpus),
-            tap,
         });
         let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
             .map_err(CaptureError::DrainThread)?;
@@ -254,6 +237,7 @@ impl Recorder {
             captures: AtomicU64::new(0),
             cgroup_hierarchy: config.cgroups.as_ref().map(|h| h.mount.clone()),
             cgroup_reason: config.cgroups_off.clone(),
+            tap,
         })
     }
 
@@ -312,10 +296,10 @@ impl Recorder {
 
     /// The records as a stream, with `[history]` on (None without).
     pub fn tap(&self) -> Option<RecordTap<'_>> {
-        let rings = self.live.tap.as_ref()?;
         Some(RecordTap {
             tracking: &self.live.tracking,
-            rings,
+            source: self.tap.as_deref()?,
+            rings: &self.live.rings,
         })
     }
 

@@ -24,9 +24,6 @@ pub(super) struct Live {
     pub(super) capture_lock: Mutex<()>,
     /// The CPUs online at the last look, ascending.
     pub(super) online: Mutex<Vec<u32>>,
-    /// With `[history]` on, the rings behind the record tap (drained by
-    /// the history, never by a capture).
-    pub(super) tap: Option<super::tap::TapRings>,
 }
 
 impl Live {
@@ -176,19 +173,6 @@ impl Rings {
             cpus: cpus.into_iter().map(Arc::new).collect(),
             events,
             layouts,
-        }
-    }
-
-    /// Makes `ids` (one per sample event, in event order: a tap ring's)
-    /// known as those events'.
-    pub(super) fn add_sample_ids(&mut self, ids: &[u64]) {
-        for (event, &id) in self.events.iter_mut().zip(ids) {
-            event.ids.push(id);
-            self.layouts.insert_with_user_regs(
-                id,
-                event.attr.sample_type,
-                event.attr.sample_regs_user,
-            );
         }
     }
 

@@ -95,9 +95,6 @@ pub fn event_specs(config: &Config) -> Vec<EventSpec> {
         .collect()
 }
 
-/// The smallest history ring per CPU.
-pub const MIN_HISTORY_RING_BYTES: u64 = 4 << 20;
-
 pub fn recorder_config(config: &Config) -> RecorderConfig {
     RecorderConfig {
         events: event_specs(config),
@@ -126,14 +123,7 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
         } else {
             None
         },
-        history_ring_bytes_per_cpu: config.history.enabled.then(|| {
-            config
-                .buffers
-                .per_cpu
-                .get_ref()
-                .bytes()
-                .max(MIN_HISTORY_RING_BYTES)
-        }),
+        tap: config.history.enabled,
     }
 }
 

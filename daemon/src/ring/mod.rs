@@ -11,6 +11,8 @@
 //!   records: the snapshot writer's intact lengths, compression groups and
 //!   sample counts are all made with it.
 //!
+//! - [`follow`]: the records a live backward ring published since the
+//!   last look, for a reader that streams them (the history).
 //! - [`filter`]: which of such records to keep (by time and event) and
 //!   what the kept ones are: the one filter every window is cut with.
 //!
@@ -19,6 +21,7 @@
 
 pub mod backward;
 pub mod filter;
+pub mod follow;
 pub mod size_at_end;
 mod wrap;
 
