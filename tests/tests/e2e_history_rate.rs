@@ -18,7 +18,8 @@ use flightrec_tests::{Daemon, have, perf_lost_samples, require_root, test_config
 const HZ: u32 = 19999;
 
 /// The load: a fixed amount of work (a few seconds on two CPUs), many
-/// tasks, so the rings fill with call chains and switches.
+/// tasks keeping every CPU busy, so the rings fill with call chains and
+/// switches.
 fn run_load() -> Duration {
     let started = Instant::now();
     let out = Command::new("perf")
@@ -28,6 +29,16 @@ fn run_load() -> Duration {
         .expect("run perf bench");
     assert!(out.status.success(), "perf bench failed: {out:?}");
     started.elapsed()
+}
+
+/// `perf record`, killed if a failed assertion leaves it running.
+struct PerfRecord(std::process::Child);
+
+impl Drop for PerfRecord {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Open perf events of process `pid` (its fds on `[perf_event]`).
@@ -49,35 +60,39 @@ fn perf_event_fds(pid: u32) -> usize {
 /// dropped), and the samples dropped.
 fn perf_disk_ring(dir: &Path) -> (f64, u64) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut perf = Command::new("perf")
-        .args(["record", "-a", "-z", "-q", "--switch-output=32M"])
-        .args(["--switch-max-files=8", "-m", "1024"])
-        .args(["-e", "sched:sched_switch", "-e"])
-        .arg(format!("cpu-clock/freq={HZ},call-graph=fp/"))
-        .arg("-o")
-        .arg(dir.join("perf.data"))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn perf record");
-    // Witness that perf records: both events open on every CPU.
+    let mut perf = PerfRecord(
+        Command::new("perf")
+            .args(["record", "-a", "-z", "-q", "--switch-output=32M"])
+            .args(["--switch-max-files=8", "-m", "1024"])
+            .args(["-e", "sched:sched_switch", "-e"])
+            .arg(format!("cpu-clock/freq={HZ},call-graph=fp/"))
+            .arg("-o")
+            .arg(dir.join("perf.data"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn perf record"),
+    );
+    // Witness that perf records: both events open on every CPU (perf
+    // enables them once their rings are mapped, milliseconds later, of
+    // seconds of load).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while perf_event_fds(perf.id()) < 2 * cpus {
+    while perf_event_fds(perf.0.id()) < 2 * cpus {
         assert!(
-            perf.try_wait().expect("perf record").is_none(),
+            perf.0.try_wait().expect("perf record").is_none(),
             "perf record exited at start"
         );
         assert!(Instant::now() < deadline, "perf record opened no events");
         std::thread::sleep(Duration::from_millis(50));
     }
     let took = run_load();
-    let pid = perf.id().to_string();
+    let pid = perf.0.id().to_string();
     let status = Command::new("kill")
         .args(["-INT", &pid])
         .status()
         .expect("kill");
     assert!(status.success());
     // perf record ends by raising the SIGINT it was stopped with.
-    let ended = perf.wait().expect("perf record");
+    let ended = perf.0.wait().expect("perf record");
     assert!(
         ended.success() || ended.signal() == Some(nix::sys::signal::Signal::SIGINT as i32),
         "perf record ended with {ended}"
@@ -144,9 +159,9 @@ fn at_19999_hz_the_history_loses_no_more_than_perfs_disk_ring() {
         "samples taken a second of load: perf {perf_rate:.0}, flightrec {rate:.0}; \
          lost: perf {perf_lost}, flightrec window {lost}, status {status_lost}"
     );
-    // Witness that both recorded the load at the rate asked (cpu-clock
-    // fires on idle CPUs too): not a window that is empty for having
-    // missed it.
+    // Witness that both recorded the load at the rate asked (the load
+    // keeps every CPU busy, and cpu-clock fires on busy CPUs): not a
+    // window that is empty for having missed it.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     assert!(
         rate >= perf_rate / 2.0 && perf_rate >= f64::from(HZ) * cpus / 2.0,
