@@ -62,6 +62,29 @@ impl ThreadCounts {
     }
 }
 
+/// Time on a CPU of the live threads of `pid`, in seconds, to the
+/// nanosecond (schedstat): for recorders using a few milliseconds in a
+/// second-long run, which [`cpu_seconds`]'s clock ticks (10 ms) read as 0
+/// or one tick. Threads that exited are not counted: a recorder's
+/// threads live as long as it.
+pub fn live_threads_cpu_seconds(pid: u32) -> Result<f64> {
+    let tasks = format!("/proc/{pid}/task");
+    let mut ns: u64 = 0;
+    for entry in std::fs::read_dir(&tasks).with_context(|| format!("listing {tasks}"))? {
+        // A thread gone since the listing counts nothing.
+        let Ok(schedstat) = std::fs::read_to_string(entry?.path().join("schedstat")) else {
+            continue;
+        };
+        let run: u64 = schedstat
+            .split_whitespace()
+            .next()
+            .context("no run time in schedstat")?
+            .parse()?;
+        ns += run;
+    }
+    Ok(ns as f64 / 1e9)
+}
+
 /// The counts of the thread of `pid` named `comm` (the first one).
 pub fn thread_counts(pid: u32, comm: &str) -> Result<ThreadCounts> {
     let tasks = format!("/proc/{pid}/task");

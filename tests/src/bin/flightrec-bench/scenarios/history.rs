@@ -78,17 +78,17 @@ fn measure(
     let recorder = Recorder::start(kind, setup)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let (warm_up_wall, warm_up_cpu_per_cpu) = if warm_up {
-        let cpu0 = procfs::cpu_seconds(recorder.pid())?;
+        let cpu0 = procfs::live_threads_cpu_seconds(recorder.pid())?;
         let wall = workload.run(args.quick)?.as_secs_f64();
-        let cpu1 = procfs::cpu_seconds(recorder.pid())?;
+        let cpu1 = procfs::live_threads_cpu_seconds(recorder.pid())?;
         (wall, Some(100.0 * (cpu1 - cpu0) / wall / cpus))
     } else {
         (0.0, None)
     };
-    let cpu0 = procfs::cpu_seconds(recorder.pid())?;
+    let cpu0 = procfs::live_threads_cpu_seconds(recorder.pid())?;
     let before = history_counters(&recorder)?;
     let wall = workload.run(args.quick)?.as_secs_f64();
-    let cpu1 = procfs::cpu_seconds(recorder.pid())?;
+    let cpu1 = procfs::live_threads_cpu_seconds(recorder.pid())?;
     let (bytes, lost, raw) = match kind {
         Kind::Flightrec => {
             // What was recorded during the run reaches the disk within a
