@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -607,12 +608,45 @@ impl Recorder {
         Ok((dir, files))
     }
 
-    fn halt(&mut self) -> Result<()> {
+    /// As [`Recorder::stop_keeping_files`], with the CPU seconds the
+    /// recorder ran from its start to its exit, read off the exited
+    /// process before it is reaped: what it does on the way out counts
+    /// (perf reads and compresses what its rings still hold when stopped).
+    pub fn stop_keeping_files_with_cpu(
+        mut self,
+    ) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>, f64)> {
+        self.signal_stop()?;
+        let pid = Pid::from_raw(self.pid() as i32);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+        while waitid(Id::Pid(pid), flags)? == WaitStatus::StillAlive {
+            if Instant::now() > deadline {
+                self.child.kill()?;
+                bail!("{} did not stop within 60 s", self.kind.name());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The zombie's own thread to the nanosecond; its threads that
+        // exited before it only in the group's clock ticks.
+        let cpu = crate::procfs::live_threads_cpu_seconds(self.pid())?
+            .max(crate::procfs::cpu_seconds(self.pid())?);
+        self.child.wait()?;
+        let files = self.complete_snapshots()?;
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir()?);
+        Ok((dir, files, cpu))
+    }
+
+    fn signal_stop(&self) -> Result<()> {
         let signal = match self.kind {
             Kind::Flightrec => Signal::SIGTERM,
             Kind::Perf => Signal::SIGINT,
         };
         kill(Pid::from_raw(self.pid() as i32), signal)?;
+        Ok(())
+    }
+
+    fn halt(&mut self) -> Result<()> {
+        self.signal_stop()?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {

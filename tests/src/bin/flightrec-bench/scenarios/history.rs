@@ -88,29 +88,34 @@ fn measure(
     let cpu0 = procfs::live_threads_cpu_seconds(recorder.pid())?;
     let before = history_counters(&recorder)?;
     let wall = workload.run(args.quick)?.as_secs_f64();
-    let cpu1 = procfs::live_threads_cpu_seconds(recorder.pid())?;
-    let (bytes, lost, raw) = match kind {
+    // The CPU each recorder spends on the run's records, those it reads
+    // and writes after the run included: flightrec's once they are on
+    // the disk, perf's when it exits (it reads a ring when half of it is
+    // written, and what is left when stopped).
+    let (cpu1, bytes, lost, raw) = match kind {
         Kind::Flightrec => {
             // What was recorded during the run reaches the disk within a
             // second; count it.
             std::thread::sleep(Duration::from_millis(1500));
+            let cpu1 = procfs::live_threads_cpu_seconds(recorder.pid())?;
             let after = history_counters(&recorder)?;
             recorder.stop()?;
             (
+                cpu1,
                 after.stored - before.stored,
                 after.lost - before.lost,
                 after.raw - before.raw,
             )
         }
         Kind::Perf => {
-            let (_dir, files) = recorder.stop_keeping_files()?;
+            let (_dir, files, cpu1) = recorder.stop_keeping_files_with_cpu()?;
             let files: Vec<_> = files.into_iter().collect();
             let bytes = files
                 .iter()
                 .filter_map(|f| std::fs::metadata(f).ok())
                 .map(|m| m.len())
                 .sum::<u64>();
-            (bytes, perf_lost(&files)?, 0)
+            (cpu1, bytes, perf_lost(&files)?, 0)
         }
     };
     // flightrec's counters are read around the measured run; perf's
