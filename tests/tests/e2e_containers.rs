@@ -51,6 +51,14 @@ fn cgroup_shares(path: &Path, event: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// `perf report -n --sort cgroup` of a file: samples per cgroup path.
+fn cgroup_samples(path: &Path, event: &str) -> BTreeMap<String, u64> {
+    report_rows(path, &["-n", "--sort", "cgroup"], event)
+        .into_iter()
+        .filter_map(|row| Some((row.get(2)?.clone(), row.get(1)?.parse().ok()?)))
+        .collect()
+}
+
 /// The times of the first and last sample in the file at `path`, in
 /// seconds, as perf's header gives them.
 fn sample_span(path: &str) -> (f64, f64) {
@@ -146,25 +154,38 @@ fn every_sample_knows_its_cgroup_with_the_shares_perf_gives() {
     );
     let _ = child.kill();
     let _ = child.wait();
-    let ours = cgroup_shares(Path::new(v["path"].as_str().unwrap()), "cpu-clock");
-    let theirs = cgroup_shares(&perf_file, "cpu-clock");
+    let ours = cgroup_samples(Path::new(v["path"].as_str().unwrap()), "cpu-clock");
+    let theirs = cgroup_samples(&perf_file, "cpu-clock");
     eprintln!("flightrec {ours:?}\nperf {theirs:?}");
+    let (n_ours, n_theirs) = (
+        ours.values().sum::<u64>() as f64,
+        theirs.values().sum::<u64>() as f64,
+    );
     for cgroup in [busy.cgroup(), other.path.clone()] {
-        let (a, b) = (
-            ours.get(&cgroup).copied().unwrap_or(0.0),
-            theirs.get(&cgroup).copied().unwrap_or(0.0),
+        let (k_ours, k_theirs) = (
+            ours.get(&cgroup).copied().unwrap_or(0),
+            theirs.get(&cgroup).copied().unwrap_or(0),
         );
-        // Each burner has a CPU of its own on an idle machine (about 50%);
-        // a loaded one leaves them less. 2% is 800 of the 40,000 samples,
-        // a share known to a tenth of a point, and the bound is a fifth
-        // of it there, so that a share near 0 cannot pass as equal.
+        // Each burner has a CPU of its own on an idle machine (about half
+        // of the 40,000 samples); a loaded one leaves them less (a
+        // context-switching load on one CPU left one of them 1.75%).
         assert!(
-            b >= 2.0,
-            "{cgroup} has {b}% in perf: not busy enough to compare"
+            k_theirs >= 100,
+            "{cgroup} has {k_theirs} samples in perf's file: not busy enough to compare"
         );
+        // Two samplings of one span: their shares differ by sampling
+        // alone by about `sd`, whatever the share; four of it are
+        // allowed. A cgroup of 100 samples or more then never passes
+        // with none.
+        let (a, b) = (k_ours as f64 / n_ours, k_theirs as f64 / n_theirs);
+        let sd = (b * (1.0 - b) * (1.0 / n_ours + 1.0 / n_theirs)).sqrt();
         assert!(
-            (a - b).abs() <= (b / 5.0).min(1.0),
-            "{cgroup}: {a:.2}% in flightrec's snapshot, {b:.2}% in perf's"
+            (a - b).abs() <= 4.0 * sd,
+            "{cgroup}: {:.2}% of {n_ours} samples in flightrec's snapshot, {:.2}% of \
+             {n_theirs} in perf's (at most {:.2} points apart)",
+            100.0 * a,
+            100.0 * b,
+            400.0 * sd
         );
     }
     // The sidecar and List name the container.
