@@ -46,6 +46,11 @@ pub struct Args {
     /// Length of the soak in minutes (default 20, 2 with --quick).
     #[arg(long, value_name = "N")]
     pub soak_minutes: Option<u64>,
+    /// The soak with flightrec's `[history]` on as well (a budget of
+    /// 64 MiB, so segments are dropped as it runs); perf's side stays its
+    /// overwritable ring, as it cannot keep both.
+    #[arg(long)]
+    pub soak_history: bool,
     /// The `messaging -g` groups the write scenario loads the machine with.
     #[arg(
         long,

@@ -601,11 +601,7 @@ impl Recorder {
     /// one, written at exit, among them), with the directory holding them.
     pub fn stop_keeping_files(mut self) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>)> {
         self.halt()?;
-        let files = self.complete_snapshots()?;
-        // Taken out of a recorder that is dropped (and would remove it);
-        // an empty directory is left in its place.
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir()?);
-        Ok((dir, files))
+        self.take_files()
     }
 
     /// As [`Recorder::stop_keeping_files`], with the CPU seconds the
@@ -615,25 +611,23 @@ impl Recorder {
     pub fn stop_keeping_files_with_cpu(
         mut self,
     ) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>, f64)> {
-        self.signal_stop()?;
-        let pid = Pid::from_raw(self.pid() as i32);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
-        while waitid(Id::Pid(pid), flags)? == WaitStatus::StillAlive {
-            if Instant::now() > deadline {
-                self.child.kill()?;
-                bail!("{} did not stop within 60 s", self.kind.name());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.stop_unreaped()?;
         // The zombie's own thread to the nanosecond; its threads that
         // exited before it only in the group's clock ticks.
         let cpu = crate::procfs::live_threads_cpu_seconds(self.pid())?
             .max(crate::procfs::cpu_seconds(self.pid())?);
         self.child.wait()?;
+        let (dir, files) = self.take_files()?;
+        Ok((dir, files, cpu))
+    }
+
+    /// The complete snapshots, and the directory holding them taken out
+    /// of a recorder that is dropped (and would remove it); an empty
+    /// directory is left in its place.
+    fn take_files(&mut self) -> Result<(tempfile::TempDir, BTreeSet<PathBuf>)> {
         let files = self.complete_snapshots()?;
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir()?);
-        Ok((dir, files, cpu))
+        Ok((dir, files))
     }
 
     fn signal_stop(&self) -> Result<()> {
@@ -645,16 +639,26 @@ impl Recorder {
         Ok(())
     }
 
-    fn halt(&mut self) -> Result<()> {
+    /// Signals the recorder to stop and waits until it has exited, without
+    /// reaping it, so what it used can still be read.
+    fn stop_unreaped(&mut self) -> Result<()> {
         self.signal_stop()?;
+        let pid = Pid::from_raw(self.pid() as i32);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait()?.is_none() {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+        while waitid(Id::Pid(pid), flags)? == WaitStatus::StillAlive {
             if Instant::now() > deadline {
                 self.child.kill()?;
                 bail!("{} did not stop within 60 s", self.kind.name());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        Ok(())
+    }
+
+    fn halt(&mut self) -> Result<()> {
+        self.stop_unreaped()?;
+        self.child.wait()?;
         Ok(())
     }
 }

@@ -3,7 +3,10 @@
 //! tracking log), under a light messaging load plus a steady churn of short
 //! processes that fills the tracking log, with a dump every 3 s: the RSS
 //! over time and at the end, against the goal of at most 1.5 x
-//! `buffers.tracking_log` plus the rings' copy buffers.
+//! `buffers.tracking_log` plus the rings' copy buffers. With
+//! `--soak-history` flightrec keeps its `[history]` too, in a budget small
+//! enough that segments are dropped as it runs, and the goal grows by
+//! what the history's queue may hold.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +25,14 @@ const TRACKING_LOG: u64 = 64 * MIB;
 const RING: u64 = 4 * MIB;
 const DUMP_EVERY: Duration = Duration::from_secs(3);
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
+/// `--soak-history`'s budget: about 8 minutes of this load, so the
+/// oldest segments go well before the end.
+const HISTORY_BUDGET: u64 = 64 * MIB;
+/// The history's queue holds up to twice the rings' bytes, at least
+/// 16 MiB, and keeps up to 16 MiB of spare buffers (`history::queue`).
+fn history_queue_bound(rings: u64) -> u64 {
+    (2 * rings).max(16 * MIB) + 16 * MIB
+}
 
 /// Short processes, each exec'ing a program with a dozen libraries: the
 /// COMM, MMAP2 and EXIT records that fill the tracking log.
@@ -55,7 +66,11 @@ impl Drop for Churn {
 pub fn soak(args: &Args) -> Result<Section> {
     let minutes = args.soak_minutes.unwrap_or(if args.quick { 2 } else { 20 });
     let setup = Setup::switch_and_clock(RING);
-    let mut flightrec = Recorder::start(Kind::Flightrec, setup)?;
+    let ours_setup = Setup {
+        disk_ring: args.soak_history.then_some(HISTORY_BUDGET),
+        ..setup
+    };
+    let mut flightrec = Recorder::start(Kind::Flightrec, ours_setup)?;
     let mut perf = Recorder::start(Kind::Perf, setup)?;
     let _load = BackgroundLoad::messaging(1)?;
     let _churn = Churn::start()?;
@@ -73,12 +88,16 @@ pub fn soak(args: &Args) -> Result<Section> {
             next_sample += SAMPLE_EVERY;
             let (ours, _) = rss_mib(flightrec.pid())?;
             let (theirs, _) = rss_mib(perf.pid())?;
-            let tracking = flightrec.status()?["tracking"].clone();
+            let status = flightrec.status()?;
+            let tracking = status["tracking"].clone();
             let minute = started.elapsed().as_secs() / 60;
             eprintln!(
                 "soak: minute {minute}: flightrecd {ours:.0} MiB, perf {theirs:.0} MiB, log \
-                 {} of {} bytes, {} checkpoints, {dumps} dumps",
-                tracking["log_used_bytes"], tracking["log_capacity_bytes"], tracking["checkpoints"]
+                 {} of {} bytes, {} checkpoints, {dumps} dumps{}",
+                tracking["log_used_bytes"],
+                tracking["log_capacity_bytes"],
+                tracking["checkpoints"],
+                history_line(&status["history"])
             );
             samples.push((minute, ours, theirs, tracking));
         }
@@ -88,7 +107,13 @@ pub fn soak(args: &Args) -> Result<Section> {
     let (theirs, theirs_peak) = rss_mib(perf.pid())?;
     let status = flightrec.status()?;
     let cpus = status["cpus"].as_array().map_or(1, Vec::len) as u64;
-    let goal = (TRACKING_LOG * 3 / 2 + RING * cpus) as f64 / MIB as f64;
+    let history_goal = if args.soak_history {
+        history_queue_bound(RING * cpus)
+    } else {
+        0
+    };
+    let goal = (TRACKING_LOG * 3 / 2 + RING * cpus + history_goal) as f64 / MIB as f64;
+    let history = &status["history"];
     flightrec.stop()?;
     perf.stop()?;
 
@@ -113,8 +138,33 @@ pub fn soak(args: &Args) -> Result<Section> {
         ratio: Some(ours / theirs),
         target: "",
     });
+    if args.soak_history {
+        let lost = history["lost"].as_u64().unwrap_or(0);
+        rows.push(Row {
+            metric: format!(
+                "history at the end: on disk of a {} MiB budget, segments, samples lost",
+                HISTORY_BUDGET / MIB
+            ),
+            flightrec: format!(
+                "{:.1} MiB, {}, {lost}{}",
+                history["bytes"].as_u64().unwrap_or(0) as f64 / MIB as f64,
+                history["segments"],
+                match history["failure"].as_str() {
+                    Some(why) if !why.is_empty() => format!(" (stopped: {why})"),
+                    _ => String::new(),
+                }
+            ),
+            perf: "-".into(),
+            ratio: None,
+            target: "",
+        });
+    }
     rows.push(Row {
-        metric: "goal: 1.5 x tracking_log + the rings' copy buffers".into(),
+        metric: if args.soak_history {
+            "goal: 1.5 x tracking_log + the rings' copy buffers + the history's queue bound".into()
+        } else {
+            "goal: 1.5 x tracking_log + the rings' copy buffers".into()
+        },
         flightrec: format!("{goal:.0} MiB"),
         perf: "-".into(),
         ratio: None,
@@ -122,10 +172,26 @@ pub fn soak(args: &Args) -> Result<Section> {
     });
     Ok(Section {
         title: format!(
-            "Soak: {minutes} min, default config (4 MiB per CPU, 64 MiB tracking log), \
+            "Soak: {minutes} min, default config (4 MiB per CPU, 64 MiB tracking log){}, \
              messaging -g 1 plus two loops of short processes, a dump every {}s",
+            if args.soak_history {
+                format!(", flightrec with [history] in {} MiB", HISTORY_BUDGET / MIB)
+            } else {
+                String::new()
+            },
             DUMP_EVERY.as_secs()
         ),
         rows,
     })
+}
+
+/// The history's part of a minute's line (empty when it is off).
+fn history_line(history: &serde_json::Value) -> String {
+    if history.is_null() {
+        return String::new();
+    }
+    format!(
+        ", history {} bytes in {} segments",
+        history["bytes"], history["segments"]
+    )
 }
