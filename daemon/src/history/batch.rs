@@ -19,15 +19,36 @@ pub(super) struct Batch {
     pub(super) records: Vec<u8>,
     /// What `records` holds: count and span.
     pub(super) kept: Kept,
+    /// Where `records` is cut into frames, noted as they are added.
+    cuts: FrameCuts,
 }
 
 impl Batch {
     /// Appends the whole records of `bytes`; returns the samples its LOST
     /// records say were dropped.
     pub(super) fn add(&mut self, bytes: &[u8], layouts: &RecordLayouts) -> u64 {
-        let added = RecordFilter::all(layouts).append(bytes, &mut self.records);
+        let cuts = &mut self.cuts;
+        let added =
+            RecordFilter::all(layouts)
+                .append_noting(bytes, &mut self.records, |at, len| cuts.note(at, len));
         self.kept.merge(&added);
         added.lost
+    }
+
+    /// Notes the records written into `records` from `start` by hand
+    /// (the unwinder's, some rewritten), as [`Self::add`] notes its own.
+    pub(super) fn note_written_from(&mut self, start: usize) {
+        let mut at = start;
+        for (_, record) in crate::ring::records(&self.records[start..]).map_while(Result::ok) {
+            self.cuts.note(at, record.len());
+            at += record.len();
+        }
+    }
+
+    /// The frames `records` is cut into: each one's byte range and record
+    /// count (see [`FrameCuts`]).
+    pub(super) fn frames(&self) -> impl Iterator<Item = (Range<usize>, u32)> + '_ {
+        self.cuts.parts(self.records.len())
     }
 
     /// The span of the records, for the frame's header (a batch without a
@@ -46,6 +67,7 @@ impl Batch {
     pub(super) fn clear(&mut self) {
         self.records.clear();
         self.kept = Kept::default();
+        self.cuts.clear();
     }
 }
 
@@ -59,24 +81,43 @@ impl Pending {
 /// the frames it overlaps.
 const FRAME_RAW_BYTES: usize = 1 << 20;
 
-/// Where `records` is cut into frames of at most [`FRAME_RAW_BYTES`]
-/// (whole records; a larger record is a frame of its own): each frame's
-/// byte range and record count.
-pub(super) fn frame_parts(records: &[u8]) -> Vec<(Range<usize>, u32)> {
-    let mut parts = Vec::new();
-    let (mut start, mut end, mut count) = (0, 0, 0u32);
-    for (_, record) in crate::ring::records(records).map_while(Result::ok) {
-        if end > start && end - start + record.len() > FRAME_RAW_BYTES {
-            parts.push((start..end, count));
-            (start, count) = (end, 0);
+/// Where records are cut into frames of at most [`FRAME_RAW_BYTES`]
+/// (whole records), noted record
+/// by record as they are appended, so the writer need not walk them again.
+#[derive(Default)]
+struct FrameCuts {
+    /// The frames closed so far: byte range and record count.
+    closed: Vec<(Range<usize>, u32)>,
+    /// Where the open frame starts, how far it reaches and its records.
+    start: usize,
+    end: usize,
+    count: u32,
+}
+
+impl FrameCuts {
+    /// A record of `len` bytes appended at `at` (right after the last).
+    fn note(&mut self, at: usize, len: usize) {
+        debug_assert_eq!(at, self.end, "records are noted in order");
+        if self.end > self.start && self.end - self.start + len > FRAME_RAW_BYTES {
+            self.closed.push((self.start..self.end, self.count));
+            (self.start, self.count) = (self.end, 0);
         }
-        end += record.len();
-        count += 1;
+        self.end = at + len;
+        self.count += 1;
     }
-    if count > 0 {
-        parts.push((start..end, count));
+
+    /// The frames, the open one last; `len` is the records' length, to
+    /// which the open frame reaches.
+    fn parts(&self, len: usize) -> impl Iterator<Item = (Range<usize>, u32)> + '_ {
+        debug_assert_eq!(len, self.end, "every record was noted");
+        let open = (self.count > 0).then(|| (self.start..self.end, self.count));
+        self.closed.iter().cloned().chain(open)
     }
-    parts
+
+    fn clear(&mut self) {
+        self.closed.clear();
+        (self.start, self.end, self.count) = (0, 0, 0);
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +131,17 @@ mod tests {
         r[0..4].copy_from_slice(&record_type::SAMPLE.to_le_bytes());
         r[6..8].copy_from_slice(&(len as u16).to_le_bytes());
         r
+    }
+
+    /// Cuts `records` (whole records, back to back) as `Batch::add` does.
+    fn frame_parts(records: &[u8]) -> Vec<(Range<usize>, u32)> {
+        let mut cuts = FrameCuts::default();
+        let mut at = 0;
+        for (_, record) in crate::ring::records(records).map_while(Result::ok) {
+            cuts.note(at, record.len());
+            at += record.len();
+        }
+        cuts.parts(at).collect()
     }
 
     #[test]
@@ -110,5 +162,22 @@ mod tests {
             ]
         );
         assert!(parts.iter().all(|(r, _)| r.len() <= FRAME_RAW_BYTES));
+    }
+
+    #[test]
+    fn a_batch_cut_as_it_is_filled_is_cut_afresh_after_it_is_cleared() {
+        let layouts = RecordLayouts::default();
+        let mut batch = Batch::default();
+        let chunk: Vec<u8> = (0..20).flat_map(|_| record(40 << 10)).collect();
+        batch.add(&chunk, &layouts);
+        batch.add(&chunk, &layouts);
+        let parts: Vec<_> = batch.frames().collect();
+        assert_eq!(parts, frame_parts(&batch.records));
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts.iter().map(|(_, n)| n).sum::<u32>(), 40);
+        batch.clear();
+        assert_eq!(batch.frames().count(), 0);
+        batch.add(&chunk[..3 * 40960], &layouts);
+        assert_eq!(batch.frames().collect::<Vec<_>>(), vec![(0..3 * 40960, 3)]);
     }
 }

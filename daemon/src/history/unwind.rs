@@ -434,9 +434,10 @@ impl StackUnwinder {
             self.counts.unwound += 1;
         }
         out.extend_from_slice(&records[copied..end]);
-        self.known = known;
         // The same records, some shorter.
         kept.bytes = (out.len() - start) as u64;
+        batch.note_written_from(start);
+        self.known = known;
         batch.kept.merge(&kept);
         kept.lost
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flightrec_files::{Access, Existing, NewFile};
 
-use super::batch::{Pending, frame_parts};
+use super::batch::Pending;
 use super::disk::remove_segment;
 use super::queue::{Fate, fate};
 use super::retention::{SegmentInfo, segments_to_drop};
@@ -288,7 +288,7 @@ impl Writer {
         let now = crate::host::sample_clock_now().unwrap_or_default();
         for (kind, cpu, batch) in batches {
             let times = batch.times(now);
-            for (range, count) in frame_parts(&batch.records) {
+            for (range, count) in batch.frames() {
                 let raw = range.len() as u64;
                 let frame = encoder.encode(kind, cpu, times, count, &batch.records[range]);
                 let written = frame.and_then(|f| self.append(f, times));

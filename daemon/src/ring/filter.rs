@@ -8,6 +8,7 @@
 //! the first record that does not parse; what follows is not trusted.
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 use flightrec_perfdata::abi::layout::{RecordLayouts, SampleLayout};
 use flightrec_perfdata::abi::{get_u64, record_type};
@@ -229,7 +230,36 @@ impl<'a> RecordFilter<'a> {
 
     /// Appends the kept records of `from` to `out`, in their order.
     pub fn append(&self, from: &[u8], out: &mut Vec<u8>) -> Kept {
-        self.walk(from, |_, record| out.extend_from_slice(record))
+        self.append_noting(from, out, |_, _| {})
+    }
+
+    /// As [`Self::append`], calling `each(at, len)` with where in `out`
+    /// each kept record lands, in the same walk. Consecutive kept records
+    /// are copied as one run: a copy a record costs more than the bytes.
+    pub fn append_noting(
+        &self,
+        from: &[u8],
+        out: &mut Vec<u8>,
+        mut each: impl FnMut(usize, usize),
+    ) -> Kept {
+        let mut run: Option<Range<usize>> = None;
+        let mut landed = out.len();
+        let kept = self.walk(from, |at, record| {
+            match &mut run {
+                Some(r) if r.end == at => r.end += record.len(),
+                _ => {
+                    if let Some(done) = run.replace(at..at + record.len()) {
+                        out.extend_from_slice(&from[done]);
+                    }
+                }
+            }
+            each(landed, record.len());
+            landed += record.len();
+        });
+        if let Some(done) = run {
+            out.extend_from_slice(&from[done]);
+        }
+        kept
     }
 
     /// What `bytes` holds that this filter keeps, as [`Self::scan`] says,
@@ -413,6 +443,22 @@ mod tests {
             proptest::prop_assert_eq!(&in_place, &out);
             proptest::prop_assert_eq!(&appended, &retained);
             proptest::prop_assert_eq!(filter.scan(&bytes), appended);
+            // After what `out` held, each kept record lands where it is
+            // noted, one after another.
+            let mut after_prefix = vec![7u8; start as usize % 13];
+            let prefix = after_prefix.len();
+            let mut noted = Vec::new();
+            let noting =
+                filter.append_noting(&bytes, &mut after_prefix, |at, len| noted.push((at, len)));
+            proptest::prop_assert_eq!(&noting, &retained);
+            proptest::prop_assert_eq!(&after_prefix[prefix..], &out[..]);
+            let mut expected = Vec::new();
+            let mut at = prefix;
+            for (_, record) in records(&out).map_while(Result::ok) {
+                expected.push((at, record.len()));
+                at += record.len();
+            }
+            proptest::prop_assert_eq!(noted, expected);
         }
     }
 }
