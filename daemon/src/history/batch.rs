@@ -110,7 +110,7 @@ impl FrameCuts {
     /// which the open frame reaches.
     fn parts(&self, len: usize) -> impl Iterator<Item = (Range<usize>, u32)> + '_ {
         debug_assert_eq!(len, self.end, "every record was noted");
-        let open = (self.count > 0).then(|| (self.start..self.end, self.count));
+        let open = (self.count > 0).then_some((self.start..self.end, self.count));
         self.closed.iter().cloned().chain(open)
     }
 
