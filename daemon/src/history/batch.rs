@@ -82,8 +82,8 @@ impl Pending {
 const FRAME_RAW_BYTES: usize = 1 << 20;
 
 /// Where records are cut into frames of at most [`FRAME_RAW_BYTES`]
-/// (whole records), noted record
-/// by record as they are appended, so the writer need not walk them again.
+/// (whole records), noted record by record as they are appended, so the
+/// writer need not walk them again.
 #[derive(Default)]
 struct FrameCuts {
     /// The frames closed so far: byte range and record count.
