@@ -81,10 +81,11 @@ pub async fn fetch(
     let name = object_name(host, id);
     let (info, snapshot) = look_up_snapshot(target, &bucket, (host, id), &name, timeout).await?;
     let dir = download_dir(out);
-    let part = create_part(dir, out)?;
-    // Caught from here to the end of the fetch, so that an interrupted
-    // download removes its partial file first.
+    // Caught from before the partial file exists to the end of the fetch,
+    // so that an interrupted download removes it first (a signal that
+    // comes between is seen at the download's first wait).
     let interrupts = Interrupts::catch().map_err(|e| local_error(dir, "download into", e))?;
+    let part = create_part(dir, out)?;
     let source = Source {
         target,
         bucket: &bucket,
