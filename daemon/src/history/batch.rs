@@ -88,35 +88,33 @@ const FRAME_RAW_BYTES: usize = 1 << 20;
 struct FrameCuts {
     /// The frames closed so far: byte range and record count.
     closed: Vec<(Range<usize>, u32)>,
-    /// Where the open frame starts, how far it reaches and its records.
+    /// Where the open frame starts and its records (it reaches to the
+    /// end of what was noted).
     start: usize,
-    end: usize,
     count: u32,
 }
 
 impl FrameCuts {
-    /// A record of `len` bytes appended at `at` (right after the last).
+    /// A record of `len` bytes appended at `at`, right after the last
+    /// one noted.
     fn note(&mut self, at: usize, len: usize) {
-        debug_assert_eq!(at, self.end, "records are noted in order");
-        if self.end > self.start && self.end - self.start + len > FRAME_RAW_BYTES {
-            self.closed.push((self.start..self.end, self.count));
-            (self.start, self.count) = (self.end, 0);
+        if at > self.start && at - self.start + len > FRAME_RAW_BYTES {
+            self.closed.push((self.start..at, self.count));
+            (self.start, self.count) = (at, 0);
         }
-        self.end = at + len;
         self.count += 1;
     }
 
     /// The frames, the open one last; `len` is the records' length, to
     /// which the open frame reaches.
     fn parts(&self, len: usize) -> impl Iterator<Item = (Range<usize>, u32)> + '_ {
-        debug_assert_eq!(len, self.end, "every record was noted");
-        let open = (self.count > 0).then_some((self.start..self.end, self.count));
+        let open = (self.count > 0).then_some((self.start..len, self.count));
         self.closed.iter().cloned().chain(open)
     }
 
     fn clear(&mut self) {
         self.closed.clear();
-        (self.start, self.end, self.count) = (0, 0, 0);
+        (self.start, self.count) = (0, 0);
     }
 }
 
