@@ -31,6 +31,7 @@ mod unwind;
 mod writer;
 
 pub use handle::History;
+pub use queue::memory_bound as queue_memory_bound;
 pub use retention::SegmentInfo;
 pub use shared::{HistorySources, boot_id};
 pub use status::{HistorySettings, HistoryStatus};

@@ -23,6 +23,18 @@ const MIN_QUEUE_BYTES: usize = 16 << 20;
 /// is over.
 const SPARE_BYTES: usize = 16 << 20;
 
+/// The most the queue holds for rings of `ring_bytes` together before the
+/// kernel drops.
+fn queue_limit(ring_bytes: usize) -> usize {
+    (QUEUE_RINGS * ring_bytes).max(MIN_QUEUE_BYTES)
+}
+
+/// The memory the queue may keep for rings of `ring_bytes` together: what
+/// it holds at most, and its spare buffers.
+pub fn memory_bound(ring_bytes: usize) -> usize {
+    queue_limit(ring_bytes) + SPARE_BYTES
+}
+
 /// The records of one CPU's ring drained at once, oldest first,
 /// with the recorder they came from and its event ids at the time: a
 /// segment names the ids its records carry, so the writer starts a new
@@ -110,9 +122,9 @@ impl<R> DrainQueue<R> {
         }
     }
 
-    /// Whether the queue is at `limit` for rings of `ring_bytes` together.
+    /// Whether the queue is at [`queue_limit`] for rings of `ring_bytes` together.
     fn full(&self, ring_bytes: usize) -> bool {
-        self.bytes >= (QUEUE_RINGS * ring_bytes).max(MIN_QUEUE_BYTES)
+        self.bytes >= queue_limit(ring_bytes)
     }
 
     /// A buffer for a ring's records: the largest spare one (a buffer

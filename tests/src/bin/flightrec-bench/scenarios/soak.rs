@@ -28,8 +28,10 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 /// `--soak-history`'s budget: about 8 minutes of this load, so the
 /// oldest segments go well before the end.
 const HISTORY_BUDGET: u64 = 64 * MIB;
-/// The history's queue holds up to twice the rings' bytes, at least
-/// 16 MiB, and keeps up to 16 MiB of spare buffers (`history::queue`).
+/// What the history's queue may keep for rings of `rings` bytes together:
+/// up to twice their bytes, at least 16 MiB, and up to 16 MiB of spare
+/// buffers (the daemon's `history::queue_memory_bound`, which a test
+/// below holds this to; the bench does not link the daemon).
 fn history_queue_bound(rings: u64) -> u64 {
     (2 * rings).max(16 * MIB) + 16 * MIB
 }
@@ -194,4 +196,20 @@ fn history_line(history: &serde_json::Value) -> String {
         ", history {} bytes in {} segments",
         history["bytes"], history["segments"]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_goal_counts_what_the_daemon_s_history_queue_may_keep() {
+        for rings in [0, MIB, 8 * MIB, 2 * RING, 64 * RING] {
+            assert_eq!(
+                history_queue_bound(rings),
+                flightrecd::history::queue_memory_bound(rings as usize) as u64,
+                "rings of {rings} bytes"
+            );
+        }
+    }
 }
