@@ -3,9 +3,11 @@
 //! Needs root (see `require_root`).
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use flightrecd::perf::event::EventSpec;
 use flightrecd::recorder::{Recorder, RecorderConfig};
+use flightrecd::tracking::process_table::TrackingLimits;
 use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
 
 use flightrec_tests::require_root;
@@ -196,4 +198,53 @@ fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
         assert_eq!(cpu.lost_tracking_records, 0, "CPU {}", cpu.cpu);
         assert_eq!(cpu.tracking_malformed_bytes, 0, "CPU {}", cpu.cpu);
     }
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
+    require_root("exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump");
+    let _serial = one_at_a_time();
+    let recorder = Recorder::start(&RecorderConfig {
+        events: vec![EventSpec::new("sched:sched_switch")],
+        // Small rings: a few thousand switches and they hold nothing as
+        // old as the child's exit.
+        ring_bytes_per_cpu: 64 << 10,
+        tracking_ring_bytes_per_cpu: 64 << 10,
+        // A log the test does not fill: an exit older than the log's oldest
+        // record is forgotten as the log evicts, whatever the rings hold.
+        tracking_log_bytes: 256 << 20,
+        // Nor this many exits, which would drop the oldest.
+        tracking_limits: TrackingLimits {
+            max_exited_threads: usize::MAX,
+            ..TrackingLimits::default()
+        },
+        forget_exited_slack: Duration::ZERO,
+        ..RecorderConfig::default()
+    })
+    .expect("recorder starts");
+    let pid = run_child();
+    recorder.drain_tracking();
+    // The drain thread's first look for exits to forget comes
+    // FORGET_EXITED_EVERY (10 s) after the start.
+    assert!(
+        recorder.process(pid).unwrap().is_some(),
+        "the exited child is known before the rings move past it"
+    );
+    // Switches until the rings hold nothing as old as the exit; no capture
+    // is taken, so only the drain thread's looks can forget it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while recorder.process(pid).unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the exited child is still known after 60 s of switches and no dump"
+        );
+        for _ in 0..20 {
+            assert!(Command::new("/bin/true").status().unwrap().success());
+        }
+        recorder.drain_tracking();
+    }
+    let status = recorder.status();
+    assert_eq!(status.tracking_log.evicted, 0, "{status:?}");
+    assert_eq!(status.tracking_drain_failure, None);
 }

@@ -24,16 +24,30 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// when no dump does it (the drain's process table churns on its own).
 pub const RELEASE_MEMORY_EVERY: Duration = Duration::from_secs(60);
 
+/// Threads that exited before what the rings hold are forgotten this
+/// often, also when no dump does it (`reach::forget_exited_before_the_rings`)...
+pub const FORGET_EXITED_EVERY: Duration = Duration::from_secs(10);
+/// ...less this much (`RecorderConfig::forget_exited_slack`): the
+/// history's queue may lag the rings by seconds under load, and a new
+/// segment's checkpoint names the processes of what it still holds.
+pub const FORGET_EXITED_SLACK: Duration = Duration::from_secs(60);
+
 /// What the drain thread calls after each round: follows the online list,
-/// and gives freed memory back now and then.
-pub(super) fn follower(live: &Arc<Live>) -> Box<dyn FnMut(&Epoll) + Send> {
+/// forgets exited threads no capture can reach, and gives freed memory
+/// back now and then.
+pub(super) fn follower(live: &Arc<Live>, slack: Duration) -> Box<dyn FnMut(&Epoll) + Send> {
     let live = Arc::clone(live);
     let mut last_check = Instant::now();
+    let mut last_forget = Instant::now();
     let mut last_release = Instant::now();
     Box::new(move |epoll| {
         if last_check.elapsed() >= CHECK_EVERY {
             last_check = Instant::now();
             follow(&live, epoll);
+        }
+        if last_forget.elapsed() >= FORGET_EXITED_EVERY {
+            last_forget = Instant::now();
+            super::reach::forget_exited_before_the_rings(&live, slack.as_nanos() as u64);
         }
         if last_release.elapsed() >= RELEASE_MEMORY_EVERY {
             last_release = Instant::now();

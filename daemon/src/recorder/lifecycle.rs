@@ -7,6 +7,7 @@ use crate::host::cgroups::{CgroupHierarchy, walk as walk_cgroups};
 use crate::tracking::cgroups::CgroupTable;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
@@ -52,6 +53,10 @@ pub struct RecorderConfig {
     pub cgroups: Option<CgroupHierarchy>,
     /// Why `cgroups` is None, for `status`.
     pub cgroups_off: Option<String>,
+    /// Threads that exited this long before the oldest record of the rings
+    /// are forgotten, also without a dump
+    /// ([`super::hotplug::FORGET_EXITED_SLACK`] by default).
+    pub forget_exited_slack: Duration,
 }
 
 impl Default for RecorderConfig {
@@ -67,6 +72,7 @@ impl Default for RecorderConfig {
             tap: false,
             cgroups: None,
             cgroups_off: None,
+            forget_exited_slack: super::hotplug::FORGET_EXITED_SLACK,
         }
     }
 }
@@ -210,8 +216,11 @@ impl Recorder {
             capture_lock: Mutex::new(()),
             online: Mutex::new(cpus),
         });
-        let drain = DrainThread::spawn(Arc::clone(&tracking), super::hotplug::follower(&live))
-            .map_err(CaptureError::DrainThread)?;
+        let drain = DrainThread::spawn(
+            Arc::clone(&tracking),
+            super::hotplug::follower(&live, config.forget_exited_slack),
+        )
+        .map_err(CaptureError::DrainThread)?;
         let kernel_text = std::fs::File::open("/proc/kallsyms")
             .ok()
             .and_then(|k| kallsyms_text(std::io::BufReader::new(k)));
