@@ -217,7 +217,8 @@ pub struct RetentionConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct TrackingConfig {
     /// Exited threads kept for windows that start before their exit
-    /// (oldest exit dropped first); they also age out with the log.
+    /// (oldest exit dropped first); they also age out with the log and
+    /// with the memory rings.
     pub max_exited_threads: Spanned<u64>,
     /// Executable maps kept per process; further maps are refused.
     pub max_maps_per_process: Spanned<u64>,
