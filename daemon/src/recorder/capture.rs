@@ -95,10 +95,7 @@ impl Recorder {
             // What the rings hold only moves forward: no later window
             // reaches back past it (a window cut shorter may be followed
             // by a longer one).
-            tracking
-                .log_mut()
-                .forget_exited_before(held_from.as_nanos());
-            tracking.prune_modules(held_from.as_nanos());
+            tracking.no_window_before(held_from.as_nanos());
         }
         drop(tracking);
         let mut processes = window.processes;

@@ -48,9 +48,7 @@ pub(super) fn forget_exited_before_the_rings(live: &Live, slack_ns: u64) -> Opti
         oldest?
     };
     let before = oldest.checked_sub(slack_ns)?;
-    let mut tracking = lock(&live.tracking);
-    tracking.log_mut().forget_exited_before(before);
-    tracking.prune_modules(before);
+    lock(&live.tracking).no_window_before(before);
     Some(before)
 }
 

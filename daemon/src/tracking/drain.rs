@@ -149,9 +149,11 @@ impl Tracking {
         self.modules.as_ref().map_or(&[], ModuleWatch::loaded)
     }
 
-    /// No window will start before `window_start_ns` again: drops module
-    /// loads no window can need.
-    pub fn prune_modules(&mut self, window_start_ns: u64) {
+    /// No window will start before `window_start_ns` again: forgets the
+    /// threads that had exited by then and the module loads no window can
+    /// need.
+    pub fn no_window_before(&mut self, window_start_ns: u64) {
+        self.log.forget_exited_before(window_start_ns);
         if let Some(watch) = &mut self.modules {
             watch.prune(window_start_ns);
         }
