@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use flightrecd::perf::event::EventSpec;
-use flightrecd::recorder::{Recorder, RecorderConfig};
+use flightrecd::recorder::{FORGET_EXITED_EVERY, Recorder, RecorderConfig};
 use flightrecd::tracking::process_table::TrackingLimits;
 use flightrecd::tracking::record::{Parsed, TrackingRecord, parse};
 
@@ -219,7 +219,6 @@ fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
             max_exited_threads: usize::MAX,
             ..TrackingLimits::default()
         },
-        forget_exited_slack: Duration::ZERO,
         ..RecorderConfig::default()
     })
     .expect("recorder starts");
@@ -247,4 +246,80 @@ fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
     let status = recorder.status();
     assert_eq!(status.tracking_log.evicted, 0, "{status:?}");
     assert_eq!(status.tracking_drain_failure, None);
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn exited_threads_are_kept_while_the_record_tap_s_reader_has_not_unwound_what_it_drained() {
+    require_root(
+        "exited_threads_are_kept_while_the_record_tap_s_reader_has_not_unwound_what_it_drained",
+    );
+    let _serial = one_at_a_time();
+    let recorder = Recorder::start(&RecorderConfig {
+        events: vec![EventSpec::new("sched:sched_switch")],
+        ring_bytes_per_cpu: 64 << 10,
+        tracking_ring_bytes_per_cpu: 64 << 10,
+        tracking_log_bytes: 256 << 20,
+        tracking_limits: TrackingLimits {
+            max_exited_threads: usize::MAX,
+            ..TrackingLimits::default()
+        },
+        tap: true,
+        ..RecorderConfig::default()
+    })
+    .expect("recorder starts");
+    let tap = recorder.tap().expect("the record tap is on");
+    // A reader (the history) drained records now and has not unwound
+    // them: their processes may have exited since, and their maps are
+    // needed until then. Said before the drain thread's first look.
+    let drained_at = flightrecd::host::sample_clock_now().unwrap().as_nanos();
+    tap.unwinding_since(Some(drained_at));
+    let pid = run_child();
+    let exited = Instant::now();
+    recorder.drain_tracking();
+    let churn = || {
+        for _ in 0..20 {
+            assert!(Command::new("/bin/true").status().unwrap().success());
+        }
+        recorder.drain_tracking();
+    };
+    // Switches until every CPU's rings hold nothing as old as the exit...
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = recorder.status();
+        if status
+            .cpus
+            .iter()
+            .all(|c| c.rings_oldest.is_some() && c.rings_reach < exited.elapsed())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rings still reach the child's exit after 60 s of switches: {status:?}"
+        );
+        churn();
+    }
+    // ...then through more than one of the drain thread's looks, each of
+    // which would forget it were nothing waiting (the test above).
+    let past = Instant::now();
+    while past.elapsed() < FORGET_EXITED_EVERY + Duration::from_secs(3) {
+        churn();
+        assert!(
+            recorder.process(pid).unwrap().is_some(),
+            "the exited child was forgotten while records drained before its exit wait \
+             to be unwound"
+        );
+    }
+    // Unwound: nothing waits, and the next look forgets it.
+    tap.unwinding_since(None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while recorder.process(pid).unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the exited child is still known 60 s after nothing waits"
+        );
+        churn();
+    }
+    assert_eq!(recorder.status().tracking_log.evicted, 0);
 }

@@ -94,8 +94,17 @@ impl Recorder {
         if let Some(held_from) = held_from {
             // What the rings hold only moves forward: no later window
             // reaches back past it (a window cut shorter may be followed
-            // by a longer one).
-            tracking.no_window_before(held_from.as_nanos());
+            // by a longer one). With the record tap's reader still
+            // unwinding records the rings may no longer hold, less.
+            let looked = crate::host::sample_clock_now().map_or(u64::MAX, SampleTime::as_nanos);
+            if let Some(before) = super::forget::forgettable_before(
+                &self.live,
+                self.tap.as_deref(),
+                looked,
+                Some(held_from.as_nanos()),
+            ) {
+                tracking.no_window_before(before);
+            }
         }
         drop(tracking);
         let mut processes = window.processes;

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
+use super::forget::{FORGET_EXITED_EVERY, forget_exited};
 use super::rings::{Live, lock};
+use super::tap::FollowRings;
 use crate::log_limit::RateLimitedWarning;
 use crate::perf::PerfError;
 use crate::perf::cpus::online_cpus;
@@ -24,18 +26,13 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// when no dump does it (the drain's process table churns on its own).
 pub const RELEASE_MEMORY_EVERY: Duration = Duration::from_secs(60);
 
-/// Threads that exited before what the rings hold are forgotten this
-/// often, also when no dump does it (`reach::forget_exited_before_the_rings`)...
-pub const FORGET_EXITED_EVERY: Duration = Duration::from_secs(10);
-/// ...less this much (`RecorderConfig::forget_exited_slack`): the
-/// history's queue may lag the rings by seconds under load, and a new
-/// segment's checkpoint names the processes of what it still holds.
-pub const FORGET_EXITED_SLACK: Duration = Duration::from_secs(60);
-
 /// What the drain thread calls after each round: follows the online list,
 /// forgets exited threads no capture can reach, and gives freed memory
 /// back now and then.
-pub(super) fn follower(live: &Arc<Live>, slack: Duration) -> Box<dyn FnMut(&Epoll) + Send> {
+pub(super) fn follower(
+    live: &Arc<Live>,
+    tap: Option<Arc<FollowRings>>,
+) -> Box<dyn FnMut(&Epoll) + Send> {
     let live = Arc::clone(live);
     let mut last_check = Instant::now();
     let mut last_forget = Instant::now();
@@ -47,7 +44,7 @@ pub(super) fn follower(live: &Arc<Live>, slack: Duration) -> Box<dyn FnMut(&Epol
         }
         if last_forget.elapsed() >= FORGET_EXITED_EVERY {
             last_forget = Instant::now();
-            super::reach::forget_exited_before_the_rings(&live, slack.as_nanos() as u64);
+            forget_exited(&live, tap.as_deref());
         }
         if last_release.elapsed() >= RELEASE_MEMORY_EVERY {
             last_release = Instant::now();

@@ -7,7 +7,6 @@ use crate::host::cgroups::{CgroupHierarchy, walk as walk_cgroups};
 use crate::tracking::cgroups::CgroupTable;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use super::EventDescriptor;
 use super::rings::{Live, RingOpener, Rings, lock};
@@ -53,10 +52,6 @@ pub struct RecorderConfig {
     pub cgroups: Option<CgroupHierarchy>,
     /// Why `cgroups` is None, for `status`.
     pub cgroups_off: Option<String>,
-    /// Threads that exited this long before the oldest record of the rings
-    /// are forgotten, also without a dump
-    /// ([`super::hotplug::FORGET_EXITED_SLACK`] by default).
-    pub forget_exited_slack: Duration,
 }
 
 impl Default for RecorderConfig {
@@ -72,7 +67,6 @@ impl Default for RecorderConfig {
             tap: false,
             cgroups: None,
             cgroups_off: None,
-            forget_exited_slack: super::hotplug::FORGET_EXITED_SLACK,
         }
     }
 }
@@ -215,10 +209,11 @@ impl Recorder {
             tracking: Arc::clone(&tracking),
             capture_lock: Mutex::new(()),
             online: Mutex::new(cpus),
+            forget: Mutex::default(),
         });
         let drain = DrainThread::spawn(
             Arc::clone(&tracking),
-            super::hotplug::follower(&live, config.forget_exited_slack),
+            super::hotplug::follower(&live, tap.clone()),
         )
         .map_err(CaptureError::DrainThread)?;
         let kernel_text = std::fs::File::open("/proc/kallsyms")

@@ -12,6 +12,7 @@
 //! - [`tap`]: the records as a stream, for the history ([`RecordTap`]).
 
 pub mod capture;
+mod forget;
 mod hotplug;
 pub mod lifecycle;
 pub mod maps_needed;
@@ -31,6 +32,7 @@ use crate::tracking::modules::LoadedModule;
 use crate::tracking::state::ProcessState;
 
 pub use crate::host::HostInfo;
+pub use forget::FORGET_EXITED_EVERY;
 pub use lifecycle::{CaptureError, MapsNow, Recorder, RecorderConfig};
 pub use start::{EventInfo, StartError};
 pub use status::{CpuLosses, CpuStatus, RecorderStatus};

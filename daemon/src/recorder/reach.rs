@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::capture::WRITER_GRACE;
-use super::rings::{CpuRing, Live, RingSet, lock};
+use super::rings::{CpuRing, Live, RingSet};
 use crate::abi::layout::RecordLayouts;
 use crate::abi::{HEADER_SIZE, RecordHeader};
 use crate::perf::sample_ring::SampleRing;
@@ -29,27 +29,17 @@ pub struct RingReach {
 /// overwrite faster than the walk can follow.
 const TRIES: usize = 4;
 
-/// Forgets the threads that exited more than `slack` before the oldest
-/// record of any CPU's rings, as a dump forgets those before its window:
-/// no capture reaches back past them again, and without a dump to do it
-/// the process tables keep every exit the tracking log spans (hundreds of
-/// MiB under process churn). `slack` covers records drained from the rings
-/// and not yet written (the history's queue). Returns the time forgotten
-/// before; None when a CPU's rings hold nothing yet or cannot be read
-/// steadily (how far back a capture reaches is not known then).
-pub(super) fn forget_exited_before_the_rings(live: &Live, slack_ns: u64) -> Option<u64> {
-    let oldest = {
-        let rings = live.rings();
-        let mut oldest: Option<u64> = None;
-        for cpu in &rings.cpus {
-            let held = reach_of(cpu, &rings.layouts).oldest_ns?;
-            oldest = Some(oldest.map_or(held, |o| o.min(held)));
-        }
-        oldest?
-    };
-    let before = oldest.checked_sub(slack_ns)?;
-    lock(&live.tracking).no_window_before(before);
-    Some(before)
+/// The oldest record any CPU's rings hold now (`forget`); None when a
+/// CPU's rings hold nothing yet or cannot be read steadily (how far back
+/// a capture reaches is not known then).
+pub(super) fn oldest_held(live: &Live) -> Option<u64> {
+    let rings = live.rings();
+    let mut oldest: Option<u64> = None;
+    for cpu in &rings.cpus {
+        let held = reach_of(cpu, &rings.layouts).oldest_ns?;
+        oldest = Some(oldest.map_or(held, |o| o.min(held)));
+    }
+    oldest
 }
 
 /// What `cpu`'s rings hold now; zero when they cannot be read steadily.

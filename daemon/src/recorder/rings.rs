@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::EventDescriptor;
+use super::forget::ForgetBound;
 use crate::abi::layout::RecordLayouts;
 use crate::perf::PerfError;
 use crate::perf::event::ResolvedEvent;
@@ -24,6 +25,9 @@ pub(super) struct Live {
     pub(super) capture_lock: Mutex<()>,
     /// The CPUs online at the last look, ascending.
     pub(super) online: Mutex<Vec<u32>>,
+    /// What the rings held at past looks: how far back exited threads
+    /// may be forgotten (`forget`).
+    pub(super) forget: Mutex<ForgetBound>,
 }
 
 impl Live {

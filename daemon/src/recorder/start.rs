@@ -124,13 +124,6 @@ pub fn recorder_config(config: &Config) -> RecorderConfig {
             None
         },
         tap: config.history.enabled,
-        // Without the history nothing holds records older than the rings
-        // but a dump, which forgets up to its own window.
-        forget_exited_slack: if config.history.enabled {
-            super::hotplug::FORGET_EXITED_SLACK
-        } else {
-            std::time::Duration::ZERO
-        },
     }
 }
 

@@ -15,7 +15,7 @@
 //! this set published so far (the bytes lost are exact, the count is
 //! not).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
@@ -30,6 +30,9 @@ use flightrec_perfdata::encode::{SampleId, push_lost};
 #[derive(Default)]
 pub(in crate::recorder) struct FollowRings {
     state: Mutex<Looks>,
+    /// See [`super::RecordTap::unwinding_since`]: a sample time, 0 for
+    /// none (the sample clock counts from boot).
+    unwinding_since: AtomicU64,
 }
 
 #[derive(Default)]
@@ -60,6 +63,17 @@ fn read(rings: &RwLock<Rings>) -> RwLockReadGuard<'_, Rings> {
 }
 
 impl FollowRings {
+    pub(super) fn set_unwinding_since(&self, at_ns: Option<u64>) {
+        self.unwinding_since
+            .store(at_ns.unwrap_or(0), Ordering::Release);
+    }
+
+    /// Since when the reader has drained records it has not unwound yet
+    /// ([`super::RecordTap::unwinding_since`]).
+    pub(in crate::recorder) fn unwinding_since(&self) -> Option<u64> {
+        Some(self.unwinding_since.load(Ordering::Acquire)).filter(|&at| at != 0)
+    }
+
     pub(super) fn ring_bytes(&self, rings: &RwLock<Rings>) -> usize {
         read(rings)
             .cpus

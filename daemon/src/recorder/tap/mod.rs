@@ -73,6 +73,16 @@ impl RecordTap<'_> {
         self.source.drain(self.rings, f)
     }
 
+    /// Says that records drained from the rings since sample time
+    /// `at_ns` (None: none) are not unwound yet: until they are, the
+    /// process tables keep the threads they name that exited since the
+    /// rings held them (`recorder::forget`), their maps at hand. Said
+    /// before a drain reads the rings, and again when what was drained
+    /// has been unwound.
+    pub fn unwinding_since(&self, at_ns: Option<u64>) {
+        self.source.set_unwinding_since(at_ns);
+    }
+
     /// The tracking records appended since the last take (the tracking
     /// rings drained first), and how many were dropped.
     pub fn take_tracking(&self) -> (Vec<u8>, u64) {

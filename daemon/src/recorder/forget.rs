@@ -1,0 +1,150 @@
+//! How far back the process tables may forget exited threads without a
+//! dump. A dump forgets those that exited before its window (no later
+//! capture reaches back past what the rings held). Without dumps the
+//! tables would keep every exit the tracking log spans, so the drain
+//! thread looks at the rings' oldest record every few seconds
+//! (`reach::oldest_held`) and forgets before it too.
+//!
+//! With the record tap on (`[history]`), records drained from the rings
+//! wait in the history's queue until its writer unwinds their stack
+//! copies with their processes' maps from these tables. The tap says since
+//! when records have been drained and not yet unwound
+//! ([`super::tap::RecordTap::unwinding_since`]); those were in the rings
+//! then, so they are no older than what the rings held at any look taken
+//! before it. The tables forget before the newest such look's oldest
+//! record: as little as the history needs, whatever its lag. A capture
+//! is a look too (what it copied), so under dumps the bound stays close.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::rings::{Live, lock};
+use super::tap::FollowRings;
+
+/// How often the drain thread looks (`hotplug::follower`).
+pub const FORGET_EXITED_EVERY: Duration = Duration::from_secs(10);
+
+/// Looks kept at most (at one look every 10 s, about 10 minutes: a
+/// history further behind keeps its exits, up to the tables' limits).
+const MAX_LOOKS: usize = 64;
+
+/// The rings' oldest record at past looks.
+#[derive(Debug, Default)]
+pub(super) struct ForgetBound {
+    /// (sample time when the look ended, the rings' oldest record then),
+    /// oldest first.
+    looks: VecDeque<(u64, u64)>,
+}
+
+impl ForgetBound {
+    /// Notes a look at the rings that ended at `ended_ns` and found
+    /// `oldest_ns` (None: a CPU's rings not read, nothing noted), and
+    /// returns the time before which exited threads may be forgotten:
+    /// the rings' oldest now when nothing drained waits (`pending_since`
+    /// None), else the oldest record of the newest look that ended no
+    /// later than `pending_since`; None when no such look is kept.
+    pub(super) fn look(
+        &mut self,
+        ended_ns: u64,
+        oldest_ns: Option<u64>,
+        pending_since: Option<u64>,
+    ) -> Option<u64> {
+        if let Some(oldest) = oldest_ns {
+            if self.looks.len() == MAX_LOOKS {
+                self.looks.pop_front();
+            }
+            self.looks.push_back((ended_ns, oldest));
+        }
+        let Some(since) = pending_since else {
+            let newest = oldest_ns?;
+            self.looks.clear();
+            self.looks.push_back((ended_ns, newest));
+            return Some(newest);
+        };
+        // Looks before the newest one usable for `since` are of no use
+        // again: what waits only gets newer.
+        while self.looks.len() > 1 && self.looks[1].0 <= since {
+            self.looks.pop_front();
+        }
+        self.looks
+            .front()
+            .filter(|&&(ended, _)| ended <= since)
+            .map(|&(_, oldest)| oldest)
+    }
+}
+
+/// After a look at the rings (the drain thread's, or a capture's) that
+/// ended at sample time `ended_ns` and found `oldest_ns` as their oldest
+/// record: the time before which exited threads may be forgotten.
+pub(super) fn forgettable_before(
+    live: &Live,
+    tap: Option<&FollowRings>,
+    ended_ns: u64,
+    oldest_ns: Option<u64>,
+) -> Option<u64> {
+    // Read after the look ended: records drained later than that were in
+    // the rings when it did.
+    let pending = tap.and_then(FollowRings::unwinding_since);
+    lock(&live.forget).look(ended_ns, oldest_ns, pending)
+}
+
+/// The drain thread's look: walks the rings and forgets what
+/// [`forgettable_before`] allows.
+pub(super) fn forget_exited(live: &Live, tap: Option<&FollowRings>) {
+    let oldest = super::reach::oldest_held(live);
+    let Some(ended) = crate::host::sample_clock_now() else {
+        return;
+    };
+    if let Some(before) = forgettable_before(live, tap, ended.as_nanos(), oldest) {
+        lock(&live.tracking).no_window_before(before);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_nothing_waiting_the_rings_oldest_record_bounds_it() {
+        let mut bound = ForgetBound::default();
+        assert_eq!(bound.look(100, Some(40), None), Some(40));
+        assert_eq!(bound.look(200, Some(90), None), Some(90));
+        assert_eq!(bound.look(300, None, None), None);
+    }
+
+    #[test]
+    fn records_waiting_since_a_time_keep_what_the_rings_held_before_it() {
+        let mut bound = ForgetBound::default();
+        assert_eq!(bound.look(100, Some(40), Some(150)), Some(40));
+        assert_eq!(bound.look(200, Some(90), Some(150)), Some(40));
+        assert_eq!(bound.look(300, Some(180), Some(150)), Some(40));
+        // The writer caught up to records drained at 250.
+        assert_eq!(bound.look(400, Some(260), Some(250)), Some(90));
+        assert_eq!(bound.look(500, Some(350), None), Some(350));
+    }
+
+    #[test]
+    fn waiting_since_before_every_kept_look_forgets_nothing() {
+        let mut bound = ForgetBound::default();
+        assert_eq!(bound.look(100, Some(40), Some(50)), None);
+        assert_eq!(bound.look(200, Some(90), Some(50)), None);
+        assert_eq!(bound.look(300, Some(180), Some(250)), Some(90));
+    }
+
+    #[test]
+    fn a_history_far_behind_keeps_at_most_the_bounded_looks() {
+        let mut bound = ForgetBound::default();
+        for i in 0..(MAX_LOOKS as u64 * 2) {
+            let found = bound.look(100 + i * 10, Some(i * 10), Some(105));
+            assert_eq!(
+                found,
+                if (i as usize) < MAX_LOOKS {
+                    Some(0)
+                } else {
+                    None
+                }
+            );
+        }
+        assert_eq!(bound.looks.len(), MAX_LOOKS);
+    }
+}
