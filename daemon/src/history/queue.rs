@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, TryLockError, Weak};
 use super::unwind::StackUnwinder;
 use crate::abi::layout::RecordLayouts;
 use crate::recorder::{Recorder, layouts_of};
+use crate::time::SampleTime;
 
 /// The queue holds at most this many times the rings' bytes (and at least
 /// [`MIN_QUEUE_BYTES`]): seconds of the busiest load, then the kernel
@@ -88,6 +89,11 @@ pub(super) struct DrainQueue<R = Recorder> {
     /// count, for the stack copies unwound as they are drained (weak: a
     /// recorder a reload replaced closes its rings).
     layouts: Option<(Weak<R>, usize, RecordLayouts)>,
+    /// Sample times since which the chunks queued, and those the writer
+    /// took and has not unwound yet, were drained: what the record tap is
+    /// told ([`crate::recorder::RecordTap::unwinding_since`]).
+    queued_since: Option<u64>,
+    taken_since: Option<u64>,
 }
 
 impl<R> Default for DrainQueue<R> {
@@ -97,6 +103,8 @@ impl<R> Default for DrainQueue<R> {
             bytes: 0,
             spare: Vec::new(),
             layouts: None,
+            queued_since: None,
+            taken_since: None,
         }
     }
 }
@@ -107,9 +115,31 @@ impl<R> DrainQueue<R> {
     }
 
     /// Everything queued, oldest first.
+    /// The writer says when it has unwound them ([`Self::unwound`]).
     pub(super) fn take(&mut self) -> VecDeque<Drained<R>> {
         self.bytes = 0;
+        self.taken_since = self.waiting_since();
+        self.queued_since = None;
         std::mem::take(&mut self.chunks)
+    }
+
+    /// Since when what is queued or taken and not unwound was drained.
+    fn waiting_since(&self) -> Option<u64> {
+        self.queued_since.into_iter().chain(self.taken_since).min()
+    }
+
+    /// A drain at sample time `now_ns` begins: since when what it adds
+    /// and what waits already was drained.
+    fn draining(&mut self, now_ns: u64) -> Option<u64> {
+        self.queued_since.get_or_insert(now_ns);
+        self.waiting_since()
+    }
+
+    /// The writer has unwound what it took: since when what waits now
+    /// was drained.
+    fn taken_unwound(&mut self) -> Option<u64> {
+        self.taken_since = None;
+        self.waiting_since()
     }
 
     /// Gives a taken chunk's buffer back for the next drains (kept while
@@ -162,6 +192,12 @@ impl DrainQueue {
         if self.full(tap.ring_bytes()) {
             return false;
         }
+        // Said before the rings are read: until the writer has unwound
+        // what is drained now, the tables keep its processes' maps.
+        // (A clock that cannot be read says the earliest time: the tables
+        // then keep every exit until the writer has caught up.)
+        let now = crate::host::sample_clock_now().map_or(1, SampleTime::as_nanos);
+        tap.unwinding_since(self.draining(now));
         let before = self.chunks.len();
         let mut unwinder = match unwinder.try_lock() {
             Ok(u) => Some(u),
@@ -197,6 +233,15 @@ impl DrainQueue {
             chunk.ids = ids;
         }
         true
+    }
+
+    /// The writer has unwound what it took: the tap of `recorder` (of
+    /// the moment) is told what still waits.
+    pub(super) fn unwound(&mut self, recorder: &Recorder) {
+        let since = self.taken_unwound();
+        if let Some(tap) = recorder.tap() {
+            tap.unwinding_since(since);
+        }
     }
 
     /// The record layouts of `recorder` (taken out of the queue while it
@@ -245,6 +290,21 @@ mod tests {
         assert_eq!(fate(Some(&old), 4, &new, &chunk(&new, 4)), Fate::NewSegment);
         // ...and the old one's drained after that are too late.
         assert_eq!(fate(Some(&new), 4, &new, &chunk(&old, 4)), Fate::Stale);
+    }
+
+    #[test]
+    fn what_waits_to_be_unwound_is_dated_by_its_oldest_drain() {
+        let mut queue = DrainQueue::<u8>::default();
+        assert_eq!(queue.draining(100), Some(100));
+        assert_eq!(queue.draining(150), Some(100));
+        queue.take();
+        // Drained while the writer unwinds what it took at 100.
+        assert_eq!(queue.draining(200), Some(100));
+        assert_eq!(queue.draining(250), Some(100));
+        assert_eq!(queue.taken_unwound(), Some(200));
+        queue.take();
+        assert_eq!(queue.taken_unwound(), None);
+        assert_eq!(queue.draining(300), Some(300));
     }
 
     /// Queues a copy of `first` then `second` (a ring's records, in two

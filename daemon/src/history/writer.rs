@@ -240,6 +240,7 @@ impl Writer {
         for records in spent {
             queue.recycle(records);
         }
+        queue.unwound(recorder);
         drop(queue);
         if !lost_now.is_empty() {
             let mut index = lock(&self.shared.index);
