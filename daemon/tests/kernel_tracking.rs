@@ -200,12 +200,10 @@ fn drain_thread_keeps_small_tracking_rings_from_overflowing() {
     }
 }
 
-#[test]
-#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
-fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
-    require_root("exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump");
-    let _serial = one_at_a_time();
-    let recorder = Recorder::start(&RecorderConfig {
+/// A recorder whose exited threads only the drain thread's looks (and a
+/// capture, none taken here) forget, with the record tap on or off.
+fn recorder_forgetting_only_at_its_looks(tap: bool) -> Recorder {
+    Recorder::start(&RecorderConfig {
         events: vec![EventSpec::new("sched:sched_switch")],
         // Small rings: a few thousand switches and they hold nothing as
         // old as the child's exit.
@@ -219,9 +217,18 @@ fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
             max_exited_threads: usize::MAX,
             ..TrackingLimits::default()
         },
+        tap,
         ..RecorderConfig::default()
     })
-    .expect("recorder starts");
+    .expect("recorder starts")
+}
+
+#[test]
+#[cfg_attr(flightrec_unprivileged, ignore = "needs root")]
+fn exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump() {
+    require_root("exited_threads_the_rings_no_longer_reach_are_forgotten_without_a_dump");
+    let _serial = one_at_a_time();
+    let recorder = recorder_forgetting_only_at_its_looks(false);
     let pid = run_child();
     recorder.drain_tracking();
     // The drain thread's first look for exits to forget comes
@@ -255,19 +262,7 @@ fn exited_threads_are_kept_while_the_record_tap_s_reader_has_not_unwound_what_it
         "exited_threads_are_kept_while_the_record_tap_s_reader_has_not_unwound_what_it_drained",
     );
     let _serial = one_at_a_time();
-    let recorder = Recorder::start(&RecorderConfig {
-        events: vec![EventSpec::new("sched:sched_switch")],
-        ring_bytes_per_cpu: 64 << 10,
-        tracking_ring_bytes_per_cpu: 64 << 10,
-        tracking_log_bytes: 256 << 20,
-        tracking_limits: TrackingLimits {
-            max_exited_threads: usize::MAX,
-            ..TrackingLimits::default()
-        },
-        tap: true,
-        ..RecorderConfig::default()
-    })
-    .expect("recorder starts");
+    let recorder = recorder_forgetting_only_at_its_looks(true);
     let tap = recorder.tap().expect("the record tap is on");
     // A reader (the history) drained records now and has not unwound
     // them: their processes may have exited since, and their maps are
