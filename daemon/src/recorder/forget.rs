@@ -49,18 +49,19 @@ impl ForgetBound {
         oldest_ns: Option<u64>,
         pending_since: Option<u64>,
     ) -> Option<u64> {
+        let Some(since) = pending_since else {
+            // Nothing waits: no older look is of use again.
+            let newest = oldest_ns?;
+            self.looks.clear();
+            self.looks.push_back((ended_ns, newest));
+            return Some(newest);
+        };
         if let Some(oldest) = oldest_ns {
             if self.looks.len() == MAX_LOOKS {
                 self.looks.pop_front();
             }
             self.looks.push_back((ended_ns, oldest));
         }
-        let Some(since) = pending_since else {
-            let newest = oldest_ns?;
-            self.looks.clear();
-            self.looks.push_back((ended_ns, newest));
-            return Some(newest);
-        };
         // Looks before the newest one usable for `since` are of no use
         // again: what waits only gets newer.
         while self.looks.len() > 1 && self.looks[1].0 <= since {
