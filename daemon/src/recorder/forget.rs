@@ -3,7 +3,7 @@
 //! capture reaches back past what the rings held). Without dumps the
 //! tables would keep every exit the tracking log spans, so the drain
 //! thread looks at the rings' oldest record every few seconds
-//! (`reach::oldest_held`) and forgets before it too.
+//! (`reach::oldest_held`) and forgets before it too, a slice a round.
 //!
 //! With the record tap on (`[history]`), records drained from the rings
 //! wait in the history's queue until its writer unwinds their stack
@@ -23,6 +23,16 @@ use super::tap::FollowRings;
 
 /// How often the drain thread looks (`hotplug::follower`).
 pub const FORGET_EXITED_EVERY: Duration = Duration::from_secs(10);
+
+/// Exited threads the drain thread forgets at most in one round (of each
+/// table). Forgetting holds the tracking lock the rings' drain, the
+/// history's writer and captures wait for, and a removal from tables
+/// shared with checkpoints copies their nodes: under the soak's churn,
+/// forgetting a look's 2,000-4,500 exits at once held it up to 101 ms
+/// (400 ms in a debug build). So it is spread over the rounds after the
+/// look, at least four a second: a thousand exits a second or more (past
+/// that the tables' cap forgets the oldest as they come).
+const FORGET_PER_ROUND: usize = 256;
 
 /// Looks kept at most (at one look every 10 s, about 10 minutes: a
 /// history further behind keeps its exits, up to the tables' limits).
@@ -89,16 +99,18 @@ pub(super) fn forgettable_before(
     lock(&live.forget).look(ended_ns, oldest_ns, pending)
 }
 
-/// The drain thread's look: walks the rings and forgets what
+/// The drain thread's look: walks the rings and returns what
 /// [`forgettable_before`] allows.
-pub(super) fn forget_exited(live: &Live, tap: Option<&FollowRings>) {
+pub(super) fn look_for_exited(live: &Live, tap: Option<&FollowRings>) -> Option<u64> {
     let oldest = super::reach::oldest_held(live);
-    let Some(ended) = crate::host::sample_clock_now() else {
-        return;
-    };
-    if let Some(before) = forgettable_before(live, tap, ended.as_nanos(), oldest) {
-        lock(&live.tracking).no_window_before(before);
-    }
+    let ended = crate::host::sample_clock_now()?;
+    forgettable_before(live, tap, ended.as_nanos(), oldest)
+}
+
+/// Forgets the oldest [`FORGET_PER_ROUND`] exited threads that exited
+/// before `before` at most; whether none is left.
+pub(super) fn forget_some_exited(live: &Live, before: u64) -> bool {
+    lock(&live.tracking).no_window_before_at_most(before, FORGET_PER_ROUND)
 }
 
 #[cfg(test)]

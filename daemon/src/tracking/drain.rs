@@ -153,10 +153,17 @@ impl Tracking {
     /// threads that had exited by then and the module loads no window can
     /// need.
     pub fn no_window_before(&mut self, window_start_ns: u64) {
-        self.log.forget_exited_before(window_start_ns);
-        if let Some(watch) = &mut self.modules {
+        self.no_window_before_at_most(window_start_ns, usize::MAX);
+    }
+
+    /// [`Self::no_window_before`], forgetting `max` threads of each table
+    /// at most; whether none is left (the module loads are pruned then).
+    pub fn no_window_before_at_most(&mut self, window_start_ns: u64, max: usize) -> bool {
+        let done = self.log.forget_exited_before_at_most(window_start_ns, max);
+        if done && let Some(watch) = &mut self.modules {
             watch.prune(window_start_ns);
         }
+        done
     }
 
     pub fn rings(&self) -> &[TrackingRing] {

@@ -278,12 +278,19 @@ impl ProcessTable {
     /// Drops threads that exited at or before `time` (no window can start
     /// before `time` any more).
     pub fn forget_exited_before(&mut self, time: u64) {
-        while let Some(&(exit, tid)) = self.exited.get_min() {
-            if exit > time {
-                break;
+        self.forget_exited_before_at_most(time, usize::MAX);
+    }
+
+    /// [`Self::forget_exited_before`], the oldest `max` of them at most;
+    /// whether none is left.
+    pub fn forget_exited_before_at_most(&mut self, time: u64, max: usize) -> bool {
+        for _ in 0..max {
+            match self.exited.get_min() {
+                Some(&(exit, tid)) if exit <= time => self.remove_thread(tid),
+                _ => return true,
             }
-            self.remove_thread(tid);
         }
+        self.exited.get_min().is_none_or(|&(exit, _)| exit > time)
     }
 
     fn state(&self, tid: u32, t: &Thread, maps: bool) -> ProcessState {
@@ -407,6 +414,31 @@ mod tests {
         assert!(t.lookup(200).is_some());
         t.forget_exited_before(20);
         assert!(t.lookup(200).is_none());
+        assert!(t.lookup(100).is_some());
+    }
+
+    #[test]
+    fn exited_threads_are_forgotten_a_slice_at_a_time_oldest_first() {
+        let mut t = seeded();
+        let records: Vec<Vec<u8>> = (0..5)
+            .flat_map(|i| {
+                let tid = 300 + i;
+                [
+                    build::fork(100, 100, tid, 100, 10 + u64::from(i)),
+                    build::exit(100, 100, tid, 100, 20 + u64::from(i)),
+                ]
+            })
+            .collect();
+        fold(&mut t, &records);
+        // Exited at 20..=24; those by 23 go, two at a time.
+        assert!(!t.forget_exited_before_at_most(23, 2));
+        assert!(t.lookup(300).is_none() && t.lookup(301).is_none());
+        assert!(t.lookup(302).is_some());
+        // The last two by 23: done, and the one that exited at 24 stays.
+        assert!(t.forget_exited_before_at_most(23, 2));
+        assert!(t.lookup(302).is_none() && t.lookup(303).is_none());
+        assert!(t.lookup(304).is_some());
+        assert!(t.forget_exited_before_at_most(23, 2));
         assert!(t.lookup(100).is_some());
     }
 
