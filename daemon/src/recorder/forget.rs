@@ -28,7 +28,7 @@ pub const FORGET_EXITED_EVERY: Duration = Duration::from_secs(10);
 /// table). Forgetting holds the tracking lock the rings' drain, the
 /// history's writer and captures wait for, and a removal from tables
 /// shared with checkpoints copies their nodes: under the soak's churn,
-/// forgetting a look's 2,000-4,500 exits at once held it up to 101 ms
+/// forgetting a look's 1,000-4,500 exits at once held it up to 101 ms
 /// (400 ms in a debug build). So it is spread over the rounds after the
 /// look, at least four a second: a thousand exits a second or more (past
 /// that the tables' cap forgets the oldest as they come).
