@@ -655,8 +655,13 @@ pub struct Watcher {
 }
 
 impl Watcher {
+    /// `snapctl --json watch` on `daemon`, returned once the daemon says
+    /// (in its debug log) that the stream is subscribed: no event sent
+    /// after this returns is missed.
     pub fn start(daemon: &Daemon) -> Self {
         use std::io::BufRead;
+        let opened = || daemon.log_text().matches("watch stream opened").count();
+        let before = opened();
         let mut child = daemon
             .snapctl_cmd(&["--json", "watch"])
             .stdout(std::process::Stdio::piped())
@@ -675,6 +680,15 @@ impl Watcher {
                 }
             }
         });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while opened() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watch stream never opened (is the daemon's log_level debug?):\n{}",
+                daemon.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         Watcher { child, events }
     }
 
@@ -721,6 +735,24 @@ impl Tmpfs {
             path.display()
         );
         Tmpfs(path.to_path_buf())
+    }
+
+    /// Remounts it with `kib` KiB of room beyond what it holds now: a disk
+    /// that fills soon after, whatever was written before.
+    pub fn shrink_to_used_and(&self, kib: u64) {
+        let fs = nix::sys::statvfs::statvfs(&self.0).expect("statvfs");
+        let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
+        let size = used.div_ceil(1024) + kib;
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}k")])
+            .arg(&self.0)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "remounting {} at {size} KiB",
+            self.0.display()
+        );
     }
 }
 

@@ -226,38 +226,6 @@ fn the_history_written_before_a_kill_9_is_served_after_the_restart() {
     assert!(report.status.success(), "{report:?}");
 }
 
-/// A watch of `d`'s events, once the daemon has opened its stream (its
-/// debug log says so): an event before that would not reach it.
-fn watching(d: &Daemon) -> Watcher {
-    let opened = |d: &Daemon| d.log_text().matches("watch stream opened").count();
-    let before = opened(d);
-    let watch = Watcher::start(d);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while opened(d) == before {
-        assert!(Instant::now() < deadline, "the watch stream never opened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    watch
-}
-
-/// Remounts the tmpfs at `path` with `kib` KiB of room beyond what it
-/// holds now.
-fn shrink_to_used_and(path: &Path, kib: u64) {
-    let fs = nix::sys::statvfs::statvfs(path).expect("statvfs");
-    let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
-    let size = used.div_ceil(1024) + kib;
-    let status = Command::new("mount")
-        .args(["-o", &format!("remount,size={size}k")])
-        .arg(path)
-        .status()
-        .expect("run mount");
-    assert!(
-        status.success(),
-        "remounting {} at {size} KiB",
-        path.display()
-    );
-}
-
 /// The bytes of every file in the history dir, and the names of its
 /// segments (a segment being created has a temporary name until it is
 /// complete: counted in the bytes, not a segment yet).
@@ -323,7 +291,7 @@ fn a_full_history_dir_stops_the_history_and_ring_dumps_go_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let history = dir.path().join("history");
     // Room at first: the disk fills once the watch is open, not before.
-    let _fs = Tmpfs::mount(&history, "8m");
+    let fs = Tmpfs::mount(&history, "8m");
     let text = test_config(
         dir.path(),
         &format!(
@@ -332,10 +300,10 @@ fn a_full_history_dir_stops_the_history_and_ring_dumps_go_on() {
         ),
     );
     let d = Daemon::start_in(dir, &text, &[]);
-    let watch = watching(&d);
+    let watch = Watcher::start(&d);
     let _load = busy_load();
     // Less room than one segment of an 8 MiB budget (256 KiB) is left.
-    shrink_to_used_and(&history, 64);
+    fs.shrink_to_used_and(64);
     let stopped = watch
         .wait_for("history_stopped", Duration::from_secs(60))
         .unwrap_or_else(|| panic!("no history_stopped event:\n{}", d.log_text()));
@@ -380,7 +348,7 @@ fn a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote
         ),
     );
     let d = Daemon::start_in(dir, &text, &[]);
-    let watch = watching(&d);
+    let watch = Watcher::start(&d);
     let _load = busy_load();
     wait_for_history(&d, 3.0);
     // Unwritable, not full: an immutable directory refuses root too

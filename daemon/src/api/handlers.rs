@@ -203,8 +203,10 @@ impl FlightRecorder for Api {
             return Err(dump_status(DumpError::ShuttingDown));
         }
         let slot = WatcherSlot::take(&self.watchers)?;
-        tracing::debug!("watch stream opened");
         let mut events = self.control.events.subscribe();
+        // After the subscription: a client that saw this line misses no
+        // event sent after it.
+        tracing::debug!("watch stream opened");
         let mut stop = self.control.lifecycle.shutdown_signal();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
