@@ -265,13 +265,7 @@ impl TrackingLog {
     }
 
     /// No window will start before `time` again: forget threads that had
-    /// exited by then.
-    pub fn forget_exited_before(&mut self, time: u64) {
-        self.forget_exited_before_at_most(time, usize::MAX);
-    }
-
-    /// [`Self::forget_exited_before`], `max` threads of each table at
-    /// most; whether none is left.
+    /// exited by then, `max` of each table at most; whether none is left.
     pub fn forget_exited_before_at_most(&mut self, time: u64, max: usize) -> bool {
         let base = self.base.table.forget_exited_before_at_most(time, max);
         let live = self.live.forget_exited_before_at_most(time, max);
