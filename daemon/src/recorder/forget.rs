@@ -12,8 +12,10 @@
 //! ([`super::tap::RecordTap::unwinding_since`]); those were in the rings
 //! then, so they are no older than what the rings held at any look taken
 //! before it. The tables forget before the newest such look's oldest
-//! record: as little as the history needs, whatever its lag. A capture
-//! is a look too (what it copied), so under dumps the bound stays close.
+//! record: as little as the history needs, whatever its lag. That is
+//! asked again every round, as the writer catches up, not only at the
+//! next look. A capture is a look too (what it copied), so under dumps
+//! the bound stays close.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -59,19 +61,32 @@ impl ForgetBound {
         oldest_ns: Option<u64>,
         pending_since: Option<u64>,
     ) -> Option<u64> {
-        let Some(since) = pending_since else {
-            // Nothing waits: no older look is of use again.
-            let newest = oldest_ns?;
-            self.looks.clear();
-            self.looks.push_back((ended_ns, newest));
-            return Some(newest);
-        };
-        if let Some(oldest) = oldest_ns {
-            if self.looks.len() == MAX_LOOKS {
-                self.looks.pop_front();
+        match oldest_ns {
+            Some(oldest) => {
+                if self.looks.len() == MAX_LOOKS {
+                    self.looks.pop_front();
+                }
+                self.looks.push_back((ended_ns, oldest));
             }
-            self.looks.push_back((ended_ns, oldest));
+            // Nothing waits and the rings were not read: nothing new.
+            None if pending_since.is_none() => return None,
+            None => {}
         }
+        self.allowed(pending_since)
+    }
+
+    /// What the looks kept allow for records drained since
+    /// `pending_since` and not yet unwound (None: nothing waits), without
+    /// a new look: between looks, as the history's writer catches up.
+    pub(super) fn allowed(&mut self, pending_since: Option<u64>) -> Option<u64> {
+        let Some(since) = pending_since else {
+            // Nothing waits: what is drained from now on was in the rings
+            // after the newest look; no older look is of use again.
+            let newest = *self.looks.back()?;
+            self.looks.clear();
+            self.looks.push_back(newest);
+            return Some(newest.1);
+        };
         // Looks before the newest one usable for `since` are of no use
         // again: what waits only gets newer.
         while self.looks.len() > 1 && self.looks[1].0 <= since {
@@ -97,6 +112,16 @@ pub(super) fn forgettable_before(
     // the rings when it did.
     let pending = tap.and_then(FollowRings::unwinding_since);
     lock(&live.forget).look(ended_ns, oldest_ns, pending)
+}
+
+/// Between the drain thread's looks (every round, no walk of the rings):
+/// what the looks kept allow now that the history's writer has moved on.
+/// Without it the tables would trail the rings by one look more with the
+/// history on than without (section 42 of BENCHMARKS.md: 9 MiB under the
+/// soak's churn).
+pub(super) fn forgettable_now(live: &Live, tap: &FollowRings) -> Option<u64> {
+    let pending = tap.unwinding_since();
+    lock(&live.forget).allowed(pending)
 }
 
 /// The drain thread's look: walks the rings and returns what
@@ -134,6 +159,23 @@ mod tests {
         // The writer caught up to records drained at 250.
         assert_eq!(bound.look(400, Some(260), Some(250)), Some(90));
         assert_eq!(bound.look(500, Some(350), None), Some(350));
+    }
+
+    #[test]
+    fn between_looks_the_bound_follows_the_writer_as_it_catches_up() {
+        let mut bound = ForgetBound::default();
+        // Records drained at 90 wait: the look at 100 is of no use yet.
+        assert_eq!(bound.look(100, Some(40), Some(90)), None);
+        assert_eq!(bound.allowed(Some(90)), None);
+        // The writer unwound them; what waits was drained at 150.
+        assert_eq!(bound.allowed(Some(150)), Some(40));
+        assert_eq!(bound.look(200, Some(90), Some(150)), Some(40));
+        // Caught up past the look at 200, before the next look.
+        assert_eq!(bound.allowed(Some(250)), Some(90));
+        assert_eq!(bound.allowed(None), Some(90));
+        assert_eq!(bound.looks.len(), 1);
+        // Nothing kept: nothing allowed.
+        assert_eq!(ForgetBound::default().allowed(None), None);
     }
 
     #[test]

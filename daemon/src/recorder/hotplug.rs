@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
-use super::forget::{FORGET_EXITED_EVERY, forget_some_exited, look_for_exited};
+use super::forget::{FORGET_EXITED_EVERY, forget_some_exited, forgettable_now, look_for_exited};
 use super::rings::{Live, lock};
 use super::tap::FollowRings;
 use crate::log_limit::RateLimitedWarning;
@@ -38,21 +38,28 @@ pub(super) fn follower(
     let mut last_forget = Instant::now();
     let mut last_release = Instant::now();
     // What the last looks allow to forget and is not forgotten yet (a
-    // bound once allowed stays so: the rings' oldest record only moves on).
+    // bound once allowed stays so: the rings' oldest record only moves on),
+    // and the last bound forgotten to its end.
     let mut forget_before: Option<u64> = None;
+    let mut forgotten_before: Option<u64> = None;
     Box::new(move |epoll| {
         if last_check.elapsed() >= CHECK_EVERY {
             last_check = Instant::now();
             follow(&live, epoll);
         }
-        if last_forget.elapsed() >= FORGET_EXITED_EVERY {
+        let allowed = if last_forget.elapsed() >= FORGET_EXITED_EVERY {
             last_forget = Instant::now();
-            forget_before = forget_before.max(look_for_exited(&live, tap.as_deref()));
+            look_for_exited(&live, tap.as_deref())
+        } else {
+            tap.as_deref().and_then(|tap| forgettable_now(&live, tap))
+        };
+        if allowed > forgotten_before {
+            forget_before = forget_before.max(allowed);
         }
         if let Some(before) = forget_before
             && forget_some_exited(&live, before)
         {
-            forget_before = None;
+            forgotten_before = forget_before.take();
         }
         if last_release.elapsed() >= RELEASE_MEMORY_EVERY {
             last_release = Instant::now();
