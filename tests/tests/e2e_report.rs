@@ -178,15 +178,6 @@ impl Drop for Program {
     }
 }
 
-/// First and last sample time of a snapshot (CLOCK_MONOTONIC ns).
-fn sample_range(snapshot: &Path) -> (u64, u64) {
-    let spans = cpu_spans(snapshot);
-    (
-        spans.values().map(|s| s.oldest).min().expect("samples"),
-        spans.values().map(|s| s.newest).max().expect("samples"),
-    )
-}
-
 /// What one CPU's ring held in a snapshot.
 struct CpuSpan {
     oldest: u64,
@@ -197,9 +188,9 @@ struct CpuSpan {
 /// The CPU whose ring a snapshot filled most slowly (fewest records per
 /// second): the one that will reach furthest back once every ring wraps,
 /// where a context-switching load elsewhere leaves it milliseconds.
-fn quietest_cpu(snapshot: &Path) -> u32 {
+fn quietest_cpu(records: &[ScriptRecord]) -> u32 {
     let rate = |s: &CpuSpan| s.records as f64 / (s.newest - s.oldest).max(1) as f64;
-    cpu_spans(snapshot)
+    cpu_spans(records)
         .into_iter()
         .min_by(|a, b| rate(&a.1).total_cmp(&rate(&b.1)))
         .map(|(cpu, _)| cpu)
@@ -208,30 +199,16 @@ fn quietest_cpu(snapshot: &Path) -> u32 {
 
 /// Each CPU's span of a snapshot: each CPU's ring reaches back to its own
 /// instant.
-fn cpu_spans(snapshot: &Path) -> std::collections::BTreeMap<u32, CpuSpan> {
+fn cpu_spans(records: &[ScriptRecord]) -> std::collections::BTreeMap<u32, CpuSpan> {
     let mut spans = std::collections::BTreeMap::new();
-    for l in perf_script(snapshot, &["--ns", "-F", "cpu,time"]).lines() {
-        let Some((cpu, time)) = l.trim().strip_prefix('[').and_then(|r| r.split_once(']')) else {
-            continue;
-        };
-        let Some((s, ns)) = time.trim().trim_end_matches(':').split_once('.') else {
-            continue;
-        };
-        let (Ok(cpu), Ok(s), Ok(ns)) = (
-            cpu.trim().parse::<u32>(),
-            s.parse::<u64>(),
-            ns.parse::<u64>(),
-        ) else {
-            continue;
-        };
-        let t = s * 1_000_000_000 + ns;
-        let e = spans.entry(cpu).or_insert(CpuSpan {
-            oldest: t,
-            newest: t,
+    for r in records {
+        let e = spans.entry(r.cpu).or_insert(CpuSpan {
+            oldest: r.time,
+            newest: r.time,
             records: 0,
         });
-        e.oldest = e.oldest.min(t);
-        e.newest = e.newest.max(t);
+        e.oldest = e.oldest.min(r.time);
+        e.newest = e.newest.max(r.time);
         e.records += 1;
     }
     spans
@@ -342,7 +319,9 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     // waits are switched out and in there, so that ring's reach is what
     // the snapshot can show of them (a CPU that a context-switching load
     // keeps busy reaches back milliseconds, whatever the ring's size).
-    let cpu = quietest_cpu(&PathBuf::from(d.json(&["dump"])["path"].as_str().unwrap()));
+    let cpu = quietest_cpu(&records_of(&PathBuf::from(
+        d.json(&["dump"])["path"].as_str().unwrap(),
+    )));
     let program = Program::start(&exe, cpu);
     // Wait for a witness that it runs (its first wait), then delete it: its
     // symbols can then only come from the archive.
@@ -367,29 +346,31 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     let deadline = Instant::now() + Duration::from_secs(60);
     let idle_deadline = Instant::now() + Duration::from_secs(30);
     let ci = std::env::var("CI").as_deref() == Ok("true");
-    let path = loop {
+    let (path, records) = loop {
         std::thread::sleep(Duration::from_millis(1500));
         let v = d.json(&["dump"]);
         let path = PathBuf::from(v["path"].as_str().unwrap());
-        let lines = perf_script(&path, &["-F", "comm,event"]);
-        let burns = lines
-            .lines()
-            .filter(|l| l.contains("fr-burner") && l.contains("cpu-clock"))
-            .count();
-        let waits = lines
-            .lines()
-            .filter(|l| l.trim_start().starts_with("fr-waiter") && l.contains("sched_switch"))
-            .count();
-        let samples = samples_of(&path);
-        let idle = samples.iter().filter(|s| s.pid == 0).count();
-        let span = |keep: &dyn Fn(&ScriptSample) -> bool| {
-            let times = samples.iter().filter(|s| keep(s)).map(|s| s.time);
-            (times.clone().min().unwrap_or(0), times.max().unwrap_or(0))
+        let records = records_of(&path);
+        let spans = cpu_spans(&records);
+        let count = |comm: &str, event: &str| {
+            records
+                .iter()
+                .filter(|r| r.comm == comm && r.event == event)
+                .count()
         };
-        let (first, last) = span(&|_| true);
-        let (program_from, _) = span(&|s| s.pid as u32 == program.child.id());
+        let burns = count("fr-burner", "cpu-clock");
+        let waits = count("fr-waiter", "sched:sched_switch");
+        let samples = samples_of(&records);
+        let idle = samples.iter().filter(|s| s.pid == 0).count();
+        let first = samples.iter().map(|s| s.time).min().unwrap_or(0);
+        let last = samples.iter().map(|s| s.time).max().unwrap_or(0);
+        let program_from = samples
+            .iter()
+            .filter(|s| s.pid as u32 == program.child.id())
+            .map(|s| s.time)
+            .min()
+            .unwrap_or(0);
         let early = program_from > 0 && program_from <= first + (last - first) / 10;
-        let spans = cpu_spans(&path);
         let newest = spans.values().map(|s| s.newest).max().unwrap_or(0);
         let held = spans
             .get(&cpu)
@@ -406,7 +387,7 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
             && early
             && (idle >= 1 || !ci && Instant::now() > idle_deadline)
         {
-            break path;
+            break (path, records);
         }
         assert!(
             Instant::now() < deadline,
@@ -459,10 +440,7 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
         .lines()
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
-    let cpu_clock = perf_script(&path, &["-F", "event"])
-        .lines()
-        .filter(|l| l.trim() == "cpu-clock:")
-        .count() as u64;
+    let cpu_clock = samples_of(&records).len() as u64;
     assert_eq!(
         total, cpu_clock,
         "collapsed total vs perf script's cpu-clock samples"
@@ -501,8 +479,10 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     // must show are those after that CPU's oldest record, and those it
     // can show those after any CPU's, up to the window's end (a thread
     // still asleep then counts until then).
-    let (first, last) = sample_range(&path);
-    let surely = program.slept_between(cpu_spans(&path)[&cpu].oldest, last);
+    let spans = cpu_spans(&records);
+    let first = spans.values().map(|s| s.oldest).min().expect("records");
+    let last = spans.values().map(|s| s.newest).max().expect("records");
+    let surely = program.slept_between(spans[&cpu].oldest, last);
     let at_most = program.slept_between(first, last);
     let slept_ms = surely;
     let wait_ms = pprof_value(&profile, "off_cpu", "wait_io", true);
@@ -540,9 +520,9 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
                 }
             })
             .sum();
-        let on_cpu = perf_script(&path, &["-F", "comm,event"])
-            .lines()
-            .filter(|l| l.trim_start().starts_with("fr-waiter") && l.contains("cpu-clock"))
+        let on_cpu = samples_of(&records)
+            .iter()
+            .filter(|s| s.comm == "fr-waiter")
             .count() as u64;
         eprintln!("{TEST}: samply: fr-waiter {waiter_samples} samples, {on_cpu} of them on CPU");
         assert!(
@@ -699,31 +679,46 @@ fn screenshot(page: &Path, profile: &Path, name: &str) {
     eprintln!("screenshot: {}", shot.display());
 }
 
-/// A sample as `perf script` prints it.
-struct ScriptSample {
+/// A record as `perf script` prints it.
+struct ScriptRecord {
+    comm: String,
     pid: i32,
     tid: i32,
+    cpu: u32,
     /// CLOCK_MONOTONIC ns, the snapshot's sample clock.
     time: u64,
+    /// `cpu-clock`, `sched:sched_switch`, ...
+    event: String,
 }
 
-/// The cpu-clock samples of a snapshot, from `perf script`.
-fn samples_of(snapshot: &Path) -> Vec<ScriptSample> {
-    perf_script(snapshot, &["--ns", "-F", "pid,tid,time,event"])
-        .lines()
-        .filter(|l| l.trim_end().ends_with("cpu-clock:"))
-        .map(|l| {
-            // `  PID/TID  SECS.NANOS:  cpu-clock:`
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (pid, tid) = f[0].split_once('/').expect("pid/tid");
-            let (secs, ns) = f[1].trim_end_matches(':').split_once('.').expect("time");
-            ScriptSample {
-                pid: pid.parse().unwrap(),
-                tid: tid.parse().unwrap(),
-                time: secs.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap(),
-            }
+/// Every record of a snapshot, from one `perf script`.
+fn records_of(snapshot: &Path) -> Vec<ScriptRecord> {
+    // `  COMM  PID/TID  [CPU]  SECS.NANOS:  EVENT:` (a comm may hold
+    // spaces, so the fields are taken from the right).
+    let parse = |l: &str| {
+        let mut f: Vec<&str> = l.split_whitespace().collect();
+        let event = f.pop()?.trim_end_matches(':').to_string();
+        let (secs, ns) = f.pop()?.trim_end_matches(':').split_once('.')?;
+        let cpu = f.pop()?.trim_matches(|c| c == '[' || c == ']');
+        let (pid, tid) = f.pop()?.split_once('/')?;
+        Some(ScriptRecord {
+            comm: f.join(" "),
+            pid: pid.parse().ok()?,
+            tid: tid.parse().ok()?,
+            cpu: cpu.parse().ok()?,
+            time: secs.parse::<u64>().ok()? * 1_000_000_000 + ns.parse::<u64>().ok()?,
+            event,
         })
+    };
+    perf_script(snapshot, &["--ns", "-F", "comm,pid,tid,cpu,time,event"])
+        .lines()
+        .map(|l| parse(l).unwrap_or_else(|| panic!("perf script printed {l:?}")))
         .collect()
+}
+
+/// The cpu-clock samples of a snapshot.
+fn samples_of(records: &[ScriptRecord]) -> Vec<&ScriptRecord> {
+    records.iter().filter(|r| r.event == "cpu-clock").collect()
 }
 
 /// Appended to a copy of the page: works it as a reader would, through
@@ -802,10 +797,11 @@ fn check_page_at_work(page: &Path, work: &Path, snapshot: &Path) {
     let probe: serde_json::Value = serde_json::from_str(&text[text.find('>').unwrap() + 1..])
         .unwrap_or_else(|e| panic!("the probe's result {text}: {e}"));
     assert!(probe.get("error").is_none(), "{probe:#}");
-    let samples = samples_of(snapshot);
+    let records = records_of(snapshot);
+    let samples = samples_of(&records);
     let origin = probe["origin"].as_u64().unwrap();
     let count =
-        |keep: &dyn Fn(&ScriptSample) -> bool| samples.iter().filter(|s| keep(s)).count() as u64;
+        |keep: &dyn Fn(&ScriptRecord) -> bool| samples.iter().filter(|s| keep(s)).count() as u64;
     let on = |step: &str| probe[step]["on"].as_u64().unwrap();
     let off = |step: &str| probe[step]["off"].as_u64().unwrap();
     let ready_ms = probe["ready_ms"].as_u64().unwrap();
@@ -851,7 +847,7 @@ fn check_page_at_work(page: &Path, work: &Path, snapshot: &Path) {
         a > span / 4 && b < span * 2 / 3 && a < b,
         "range {a}..{b} of {span}"
     );
-    let in_range = |s: &ScriptSample| s.time >= origin + a && s.time < origin + b;
+    let in_range = |s: &ScriptRecord| s.time >= origin + a && s.time < origin + b;
     let expected = count(&|s| s.pid != 0 && in_range(s));
     assert_eq!(on("selected"), expected, "{probe:#}");
     assert!(expected > 0 && expected < on("whole"), "{probe:#}");
@@ -1282,7 +1278,7 @@ fn a_service_in_its_own_cgroup_is_named_in_the_page_the_pprof_labels_and_the_fol
         .map(|(_, n)| *n)
         .unwrap_or_else(|| panic!("no {cgroup} in perf report: {by_cgroup:?}"));
     let all: u64 = by_cgroup.iter().map(|(_, n)| n).sum();
-    let web_samples = samples_of(&path)
+    let web_samples = samples_of(&records_of(&path))
         .iter()
         .filter(|s| s.pid as u32 == cgroups.children[0].id())
         .count() as u64;
