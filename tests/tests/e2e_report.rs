@@ -537,7 +537,7 @@ fn report_and_exports_show_on_and_off_cpu_stacks_as_perf_pprof_samply_and_a_brow
     let summary = snapctl_json(&d, &["report", &id, "--symfs", &symfs], &page);
     assert_eq!(summary["path"], page.to_str().unwrap());
     check_page_in_chromium(&page, work.path());
-    check_page_at_work(&page, work.path(), &path);
+    check_page_at_work(&page, work.path(), &records);
 
     // The same snapshot compressed (PERF_RECORD_COMPRESSED) exports the same.
     let compressed = d.json(&["compress", &id]);
@@ -783,7 +783,7 @@ const WORK_PROBE: &str = r##"<script>
 /// graphs following a range dragged on the timeline, a thread picked, the
 /// top-functions table sorted; each figure the page shows checked against
 /// the samples `perf script` reads from the snapshot.
-fn check_page_at_work(page: &Path, work: &Path, snapshot: &Path) {
+fn check_page_at_work(page: &Path, work: &Path, records: &[ScriptRecord]) {
     let html = std::fs::read_to_string(page).unwrap();
     let probed = work.join("probed.html");
     let probe = WORK_PROBE.replace("THREAD", "\"fr-burner\"");
@@ -797,8 +797,7 @@ fn check_page_at_work(page: &Path, work: &Path, snapshot: &Path) {
     let probe: serde_json::Value = serde_json::from_str(&text[text.find('>').unwrap() + 1..])
         .unwrap_or_else(|e| panic!("the probe's result {text}: {e}"));
     assert!(probe.get("error").is_none(), "{probe:#}");
-    let records = records_of(snapshot);
-    let samples = samples_of(&records);
+    let samples = samples_of(records);
     let origin = probe["origin"].as_u64().unwrap();
     let count =
         |keep: &dyn Fn(&ScriptRecord) -> bool| samples.iter().filter(|s| keep(s)).count() as u64;
