@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek};
 use std::path::Path;
+use std::time::Duration;
 
-use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use async_nats::jetstream::object_store::{
+    self, InfoError, InfoErrorKind, ObjectInfo, ObjectMetadata, ObjectStore,
+};
 use async_nats::{Client, HeaderMap};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE;
@@ -16,6 +19,17 @@ use super::object::ObjectHeaders;
 /// Chunks of 512 KiB: fewer round trips than the crate's 128 KiB default,
 /// well under the server's default 1 MiB message limit.
 const CHUNK_BYTES: usize = 512 * 1024;
+
+/// How long the first look-ups of an object wait for an answer before
+/// they ask again; the last waits as long as the client's requests do
+/// (10 s). nats-server 2.9 drops a direct get that arrives while other
+/// clients create the same bucket, as every host of a fleet does at its
+/// first fleet dump, and answers the same request asked a moment later:
+/// with three clients at once on a fresh bucket, about one round in a
+/// hundred lost one. Unanswered, it cost 10 s and a failed upload, retried
+/// a second later; now 2 s. Each wait is longer than the last, so a server
+/// that is only slow still answers one of them.
+const LOOKUP_WAITS: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(4)];
 
 /// The bucket, opened (and created when missing).
 pub struct JetStreamDestination {
@@ -51,6 +65,22 @@ impl JetStreamDestination {
         })
     }
 
+    /// What the bucket holds under `name`, asked again while unanswered
+    /// (see [`LOOKUP_WAITS`]).
+    async fn info(&self, name: &str) -> Result<ObjectInfo, InfoError> {
+        for (tries, wait) in (1..).zip(LOOKUP_WAITS) {
+            match tokio::time::timeout(wait, self.store.info(name)).await {
+                Ok(answer) => return answer,
+                Err(_) => tracing::debug!(
+                    object = name,
+                    tries,
+                    "fleet: a look-up in the bucket went unanswered; asking again"
+                ),
+            }
+        }
+        self.store.info(name).await
+    }
+
     /// `<bucket>/<object name>`, as Watch and the log show it.
     pub fn object_url(&self, headers: &ObjectHeaders) -> String {
         format!("{}/{}", self.bucket, headers.object_name())
@@ -68,12 +98,12 @@ impl JetStreamDestination {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             format!("cannot {what} {}: {e}", self.object_url(headers))
         };
-        match self.store.info(&name).await {
+        match self.info(&name).await {
             Ok(info) if !info.deleted && info.digest.as_deref() == Some(&headers.digest) => {
                 return Ok(false);
             }
             Ok(_) => {}
-            Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => {}
+            Err(e) if e.kind() == InfoErrorKind::NotFound => {}
             Err(e) => return Err(fail("look up", &e)),
         }
         let mut header_map = HeaderMap::new();
