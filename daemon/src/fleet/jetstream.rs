@@ -25,8 +25,8 @@ const CHUNK_BYTES: usize = 512 * 1024;
 /// (10 s). nats-server 2.9 drops a direct get that arrives while other
 /// clients create the same bucket, as every host of a fleet does at its
 /// first fleet dump, and answers the same request asked a moment later:
-/// with three clients at once on a fresh bucket, about one round in a
-/// hundred lost one. Unanswered, it cost 10 s and a failed upload, retried
+/// with three clients at once on a fresh bucket, 1 to 9 rounds in a
+/// hundred lost one (two runs by hand). Unanswered, it cost 10 s and a failed upload, retried
 /// a second later; now 2 s. Each wait is longer than the last, so a server
 /// that is only slow still answers one of them.
 const LOOKUP_WAITS: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(4)];
