@@ -56,6 +56,7 @@ pub(super) fn timings_json(t: Option<&pb::DumpTimings>) -> Value {
             "wait_ns": t.wait_ns,
             "capture_ns": t.capture_ns,
             "write_ns": t.write_ns,
+            "sync_ns": t.sync_ns,
             "total_ns": t.total_ns,
             "max_pause_ns": t.max_pause_ns,
         }),

@@ -349,12 +349,14 @@ fn store_line(s: &pb::StoreStatus) -> String {
 fn dumps_line(dumps: u64, last: Option<&pb::DumpTimings>) -> String {
     match last {
         Some(t) => format!(
-            "dumps: {}; last took {} (wait {}, capture {}, write {}, longest pause {})",
+            "dumps: {}; last took {} (wait {}, capture {}, write {} of which sync {}, longest \
+             pause {})",
             dumps,
             duration(t.total_ns),
             duration(t.wait_ns),
             duration(t.capture_ns),
             duration(t.write_ns),
+            duration(t.sync_ns),
             duration(t.max_pause_ns)
         ),
         None => "dumps: none yet".into(),
@@ -509,13 +511,14 @@ mod tests {
             wait_ns: 45_600,
             capture_ns: 12_340_000,
             write_ns: 9_544_366_493,
+            sync_ns: 8_120_000_000,
             total_ns: 9_557_000_000,
             max_pause_ns: 1_000,
         };
         assert_eq!(
             dumps_line(3, Some(&t)),
-            "dumps: 3; last took 9.56 s (wait 45.6 µs, capture 12.3 ms, write 9.54 s, \
-             longest pause 1.00 µs)"
+            "dumps: 3; last took 9.56 s (wait 45.6 µs, capture 12.3 ms, write 9.54 s of which \
+             sync 8.12 s, longest pause 1.00 µs)"
         );
         let r = pb::StatusReply {
             version: "1".into(),

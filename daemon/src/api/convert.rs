@@ -155,6 +155,7 @@ pub fn timings_pb(t: &DumpTimings) -> pb::DumpTimings {
         wait_ns: nanos(t.wait),
         capture_ns: nanos(t.capture),
         write_ns: nanos(t.write),
+        sync_ns: nanos(t.sync),
         total_ns: nanos(t.total),
         max_pause_ns: nanos(t.max_pause),
     }

@@ -18,6 +18,8 @@ pub struct DumpOutput {
     pub tracking_records: u64,
     pub capture: Duration,
     pub write: Duration,
+    /// Of `write`, the syncs that put the file and its name on disk.
+    pub sync: Duration,
     pub window: HeldWindow,
 }
 
@@ -76,6 +78,8 @@ pub struct DumpTimings {
     pub wait: Duration,
     pub capture: Duration,
     pub write: Duration,
+    /// Of `write`, the syncs of the file, its sidecar and the directory.
+    pub sync: Duration,
     pub total: Duration,
     pub max_pause: Duration,
 }

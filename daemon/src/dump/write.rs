@@ -249,6 +249,7 @@ impl Pipeline {
             tracking_records: figures.tracking.count,
             capture: job.capture_time,
             write: started.elapsed(),
+            sync: written.synced,
             window: held,
         };
         Ok(self.timed(job, output, snapshot))
@@ -296,6 +297,7 @@ impl Pipeline {
                 wait,
                 capture: output.capture,
                 write: output.write,
+                sync: output.sync,
                 total: wait + output.capture + output.write,
                 max_pause: output
                     .cpus
@@ -362,6 +364,7 @@ impl Pipeline {
                 tracking_records: capture.tracking_record_count,
                 capture: job.capture_time,
                 write: started.elapsed(),
+                sync: written.synced,
                 window: held,
             };
             let cgroups = std::mem::take(&mut capture.cgroups);

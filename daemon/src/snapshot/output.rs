@@ -155,6 +155,10 @@ pub struct WrittenSnapshot {
     pub cgroups: std::collections::BTreeMap<u64, u64>,
     /// Encoding (and compression) plus writing and syncing.
     pub elapsed: Duration,
+    /// Of `elapsed`, the syncs of the file, its sidecar and the directory
+    /// (and the rename between them): on a file system others write to,
+    /// a sync waits for the journal to take their data too.
+    pub synced: Duration,
 }
 
 /// Whether `name` is a temporary snapshot name: a leftover of a crash when
@@ -326,13 +330,14 @@ where
         path: path.clone(),
         source,
     })?;
-    commit(new, target.dir, target.file_name, false, target.placed)?;
+    let synced = commit(new, target.dir, target.file_name, false, target.placed)?;
     Ok(WrittenSnapshot {
         path,
         bytes,
         summary,
         cgroups,
         elapsed: started.elapsed(),
+        synced,
     })
 }
 
@@ -367,27 +372,28 @@ pub fn compress_snapshot(path: &Path, level: i32) -> Result<WrittenSnapshot, Sna
     })?;
     drop(file);
     let access = Access::new(md.mode() & 0o7777, Some(md.gid()));
-    let written = put_file(&data, dir, name, access, true)?;
+    let (written, synced) = put_file(&data, dir, name, access, true)?;
     Ok(WrittenSnapshot {
         path: path.into(),
         bytes: written,
         summary: data.summary,
         cgroups: Default::default(),
         elapsed: started.elapsed(),
+        synced,
     })
 }
 
 /// Writes `data` under a temporary name in `dir` with `access`, then
 /// renames it to `name` (replacing an existing file only if `replace`).
-/// Returns the size. Errors name the snapshot, not the temporary file
-/// (removed on error).
+/// Returns the size and the time its commit took. Errors name the
+/// snapshot, not the temporary file (removed on error).
 fn put_file(
     data: &PerfData<'_>,
     dir: &Path,
     name: &str,
     access: Access,
     replace: bool,
-) -> Result<u64, SnapshotError> {
+) -> Result<(u64, Duration), SnapshotError> {
     let path = dir.join(name);
     let new = NewFile::create(dir, name, access).map_err(|source| SnapshotError::Create {
         path: path.clone(),
@@ -402,19 +408,21 @@ fn put_file(
         out.write(segment).map_err(write_err)?;
     }
     let len = out.finish().map_err(write_err)?;
-    commit(new, dir, name, replace, None)?;
-    Ok(len)
+    let synced = commit(new, dir, name, replace, None)?;
+    Ok((len, synced))
 }
 
 /// Syncs `new` (then `placed`) and renames it to `dir/name` (replacing an
-/// existing file only if `replace`), then syncs the directory.
+/// existing file only if `replace`), then syncs the directory. Returns the
+/// time that took.
 fn commit(
     new: NewFile,
     dir: &Path,
     name: &str,
     replace: bool,
     placed: Option<&File>,
-) -> Result<(), SnapshotError> {
+) -> Result<Duration, SnapshotError> {
+    let started = Instant::now();
     let path = dir.join(name);
     let existing = if replace {
         Existing::Replace
@@ -437,7 +445,7 @@ fn commit(
             source,
         },
     })?;
-    Ok(())
+    Ok(started.elapsed())
 }
 
 /// A new file written with large `pwrite()`s at the end of what it
@@ -744,7 +752,15 @@ mod tests {
             .collect();
         assert_eq!(results[0].as_ref().unwrap().summary.samples, 400);
         let first = std::fs::read(dir.path().join("a.data")).unwrap();
-        assert_eq!(first.len() as u64, results[0].as_ref().unwrap().bytes);
+        let written = results[0].as_ref().unwrap();
+        assert_eq!(first.len() as u64, written.bytes);
+        // The syncs are timed, and are a part of the whole.
+        assert!(
+            written.synced > Duration::ZERO && written.synced <= written.elapsed,
+            "{:?} of {:?}",
+            written.synced,
+            written.elapsed
+        );
         assert!(dir.path().join("b.data").exists());
         assert!(matches!(results[2], Err(SnapshotError::Exists { .. })));
         // The refused write left the first file as it was.
