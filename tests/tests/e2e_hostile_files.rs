@@ -99,9 +99,9 @@ fn timed(d: &Daemon, args: &[&str]) -> (std::process::Output, Duration) {
 
 /// How long the caller of a dump waited, less the syncs that put the file
 /// on disk (the daemon's `sync_ns`): a sync on a file system others write
-/// to waits for the journal to take their data too (a sibling test's
-/// archives took it to 1 s on these machines), which no file a user
-/// mapped has a part in.
+/// to waits for the journal to take their data too (the sibling tests'
+/// writes took it to 1 s on these machines), which no file a user mapped
+/// has a part in.
 fn waited_outside_syncs(dump: &std::process::Output, took: Duration) -> Duration {
     let reply: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap_or_else(|e| {
         panic!(
