@@ -1143,9 +1143,9 @@ struct PerfSample {
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
 /// Per sample of `comm` that `perf script` shows in `snapshot`, by its
-/// time (ns): its frames' symbols (inlined functions left out: perf shows
+/// time (ns) and its place among samples of that time: its frames' symbols (inlined functions left out: perf shows
 /// them for frames it unwinds, not for chains it reads).
-fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<u64, PerfSample> {
+fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<(u64, u32), PerfSample> {
     let out = run(Command::new("perf")
         .args([
             "script",
@@ -1189,7 +1189,11 @@ fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<u64, PerfSample> {
             }
         }
         sample.user.reverse();
-        by_time.insert(time, sample);
+        // Two CPUs can take a sample in the same nanosecond (4 pairs in
+        // CI's 148,803; by hand, two processes on CPUs 0 and 1 at
+        // 28060.822948374): both samples are kept.
+        let same_time = by_time.range((time, 0)..=(time, u32::MAX)).count();
+        by_time.insert((time, u32::try_from(same_time).unwrap()), sample);
     }
     by_time
 }
@@ -1316,7 +1320,10 @@ fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them()
         *copies.keys().next().expect("samples in the rings' dump"),
         *copies.keys().last().unwrap(),
     );
-    let in_span: Vec<&PerfSample> = chains.range(first..=last).map(|(_, s)| s).collect();
+    let in_span: Vec<&PerfSample> = chains
+        .range((first.0, 0)..=(last.0, u32::MAX))
+        .map(|(_, s)| s)
+        .collect();
     // Enough that a share 2 points apart is not chance: at 99% of 500
     // samples each, two sets differ by 0.6 points (one deviation).
     assert!(
@@ -1427,8 +1434,8 @@ fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them()
     );
     // Every minute of the ten, from the first process to the last.
     let (oldest, newest) = (
-        *chains.keys().next().unwrap(),
-        *chains.keys().last().unwrap(),
+        chains.keys().next().unwrap().0,
+        chains.keys().last().unwrap().0,
     );
     let window_ns = u64::try_from(HISTORY_WINDOW.as_nanos()).unwrap();
     assert!(
@@ -1437,7 +1444,7 @@ fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them()
         (newest - oldest) as f64 / 1e9
     );
     let mut minutes = vec![(0u64, 0u64); 10];
-    for (time, sample) in &chains {
+    for (&(time, _), sample) in &chains {
         let minute = (((time - oldest) / 60_000_000_000) as usize).min(9);
         minutes[minute].0 += 1;
         minutes[minute].1 += u64::from(reaches_main(&sample.user));
