@@ -1143,8 +1143,9 @@ struct PerfSample {
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
 /// Per sample of `comm` that `perf script` shows in `snapshot`, by its
-/// time (ns) and its place among samples of that time: its frames' symbols (inlined functions left out: perf shows
-/// them for frames it unwinds, not for chains it reads).
+/// time (ns) and its place among samples of that time: its frames'
+/// symbols (inlined functions left out: perf shows them for frames it
+/// unwinds, not for chains it reads).
 fn perf_stacks(snapshot: &Path, comm: &str) -> BTreeMap<(u64, u32), PerfSample> {
     let out = run(Command::new("perf")
         .args([
@@ -1308,14 +1309,12 @@ fn a_ten_minute_history_window_holds_dwarf_stacks_unwound_as_perf_unwinds_them()
     );
     let copies = perf_stacks(&ring, "dwarf-history");
     let chains = perf_stacks(&cut, "dwarf-history");
-    // With the history on, the kernel takes each sample twice (the rings'
-    // events and the history's), at moments of their own: the two files
-    // are compared sample set against sample set over the rings' span, by
-    // their user frames, the part the daemon unwound. The kernel part is
-    // the kernel's chain copied as it is, and two event sets need not
-    // catch the program in the kernel equally often: on a busy machine the
-    // samples taken on the way back from a reschedule interrupt were 5% of
-    // one set and 1% of the other.
+    // The history follows the rings' own records (`recorder/tap`): the
+    // rings' dump holds the stack copies perf unwinds, the cut the same
+    // samples as the daemon unwound them. The two files are compared
+    // sample set against sample set over the rings' span, by their user
+    // frames, the part the daemon unwound; the kernel part is the
+    // kernel's chain copied as it is.
     let (first, last) = (
         *copies.keys().next().expect("samples in the rings' dump"),
         *copies.keys().last().unwrap(),
