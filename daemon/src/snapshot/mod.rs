@@ -10,8 +10,8 @@
 //!   [`summary`], what a written file is;
 //! - [`recompress`]: a written snapshot compressed later (read with
 //!   `flightrec_perfdata::reader`);
-//! - [`output`]: the file on disk (temporary name, mmap'ed chunks, fsync,
-//!   atomic rename): [`output::write_snapshot`] and
+//! - [`output`]: the file on disk (temporary name, large direct writes,
+//!   fsync, atomic rename): [`output::write_snapshot`] and
 //!   [`output::compress_snapshot`].
 
 pub mod build_ids;
