@@ -166,15 +166,18 @@ impl<'a> RecordFilter<'a> {
     /// What `bytes` holds that this filter keeps, and the pids of the
     /// samples kept (sorted, each once), changing nothing; `each(record,
     /// layout)` is called for every kept record whose event is known, in
-    /// the same walk.
+    /// the same walk. The walk stops at the first record that starts at or
+    /// past `limit` bytes: the counts are of the records before it, and
+    /// `bytes[..kept.bytes]` of a filter that keeps every record is them.
     pub fn scan_samples(
         &self,
         bytes: &[u8],
+        limit: usize,
         mut each: impl FnMut(&[u8], SampleLayout),
     ) -> (Kept, Vec<u32>) {
         let mut pids = Vec::new();
         let mut last = None;
-        let kept = self.walk_with_layout(bytes, |_, record, layout| {
+        let kept = self.walk_with_layout(bytes, limit, |_, record, layout| {
             let Some(layout) = layout else {
                 return;
             };
@@ -193,18 +196,22 @@ impl<'a> RecordFilter<'a> {
 
     /// Walks `records` calling `keep(offset, record)` for each kept one.
     fn walk(&self, bytes: &[u8], mut keep: impl FnMut(usize, &[u8])) -> Kept {
-        self.walk_with_layout(bytes, |at, record, _| keep(at, record))
+        self.walk_with_layout(bytes, usize::MAX, |at, record, _| keep(at, record))
     }
 
     fn walk_with_layout(
         &self,
         bytes: &[u8],
+        limit: usize,
         mut keep: impl FnMut(usize, &[u8], Option<SampleLayout>),
     ) -> Kept {
         let mut kept = Kept::default();
         let mut walk = records(bytes);
         loop {
             let at = walk.offset();
+            if at >= limit {
+                break;
+            }
             match walk.next() {
                 Some(Ok((header, record))) => {
                     let (keeps, time, layout) = self.keeps(record);
@@ -338,6 +345,23 @@ mod tests {
         let range = RecordFilter::in_range(&l, TimeRange::before(t(120)));
         assert_eq!(range.scan_noting(&bytes, 1, &mut noted).count, 2);
         assert_eq!(noted, vec![0, short.len() + long.len()]);
+    }
+
+    #[test]
+    fn a_scan_with_a_limit_stops_at_the_first_record_starting_past_it() {
+        let l = layouts();
+        let bytes = [10, 20, 30].map(|x| sample_at(1, x)).concat();
+        let one = sample_at(1, 10).len();
+        let all = RecordFilter::all(&l);
+        let (kept, _) = all.scan_samples(&bytes, one + 1, |_, _| {});
+        assert_eq!((kept.count, kept.bytes), (2, 2 * one as u64));
+        assert_eq!(kept.newest, Some(t(20)));
+        let (kept, _) = all.scan_samples(&bytes, one, |_, _| {});
+        assert_eq!(kept.count, 1);
+        assert_eq!(
+            all.scan_samples(&bytes, usize::MAX, |_, _| {}).0,
+            all.scan(&bytes)
+        );
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub use flightrec_perfdata::format::{
 /// Records packed at once when compressing: two parallel jobs.
 pub const PACK_BATCH: usize = 2 * compress::JOB_BYTES;
 
+/// Sample records walked and then written at once, uncompressed: well
+/// inside a core's cache. Packing walks its own jobs of
+/// [`compress::JOB_BYTES`] and is given the records whole.
+const SAMPLES_PIECE_BYTES: usize = 512 << 10;
+
 /// Processes whose state at a window's start is written out at once.
 const SYNTH_PROCESSES_AT_ONCE: usize = 32;
 
@@ -409,24 +414,48 @@ impl<'h, S: Sink> Encoder<'h, S> {
         event_id: Option<u64>,
         records: &[u8],
     ) -> Result<Kept, PerfDataError> {
-        let sampled_cgroups = &mut self.sampled_cgroups;
-        let (kept, pids) =
-            RecordFilter::all(&self.layouts).scan_samples(records, |record, layout| {
-                if let Some(cgroup) = layout.sample_cgroup(record) {
-                    *sampled_cgroups.entry(cgroup).or_default() += 1;
-                }
-            });
-        let whole = &records[..kept.bytes as usize];
-        self.summary.torn_bytes += (records.len() - whole.len()) as u64;
+        // A piece at a time, walked and then copied out while its bytes
+        // are still in the cache: a ring of 32 MiB walked whole and then
+        // copied is read from memory twice.
+        let piece_bytes = if self.level.is_some() {
+            usize::MAX
+        } else {
+            SAMPLES_PIECE_BYTES
+        };
+        let mut kept = Kept::default();
+        let mut start = 0;
+        loop {
+            let rest = &records[start..];
+            let sampled_cgroups = &mut self.sampled_cgroups;
+            let (mut piece, pids) = RecordFilter::all(&self.layouts).scan_samples(
+                rest,
+                piece_bytes,
+                |record, layout| {
+                    if let Some(cgroup) = layout.sample_cgroup(record) {
+                        *sampled_cgroups.entry(cgroup).or_default() += 1;
+                    }
+                },
+            );
+            let len = piece.bytes as usize;
+            self.sampled_pids.extend(pids);
+            self.push(&rest[..len])?;
+            if let Some(corruption) = &mut piece.corruption {
+                corruption.offset += start as u64;
+            }
+            kept.merge(&piece);
+            start += len;
+            if len == 0 || piece.corruption.is_some() {
+                break;
+            }
+        }
+        self.summary.torn_bytes += (records.len() - start) as u64;
         self.summary.samples += kept.samples;
         self.summary.first_sample = min_some(self.summary.first_sample, kept.oldest);
         self.summary.last_sample = self.summary.last_sample.max(kept.newest);
-        self.sampled_pids.extend(pids);
         let tally = self.cpus.entry(cpu).or_default();
         tally.event_id = tally.event_id.or(event_id);
         tally.lost = tally.lost.saturating_add(kept.lost);
         tally.newest = tally.newest.max(kept.newest);
-        self.push(whole)?;
         Ok(kept)
     }
 
@@ -1011,6 +1040,27 @@ mod tests {
         let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
         assert_eq!(data.summary.torn_bytes, 10);
         check(&read_back(&data.to_vec()), &SyntheticSpec::default());
+    }
+
+    #[test]
+    fn a_ring_of_many_pieces_is_written_whole_and_its_torn_tail_cut_off() {
+        let spec = SyntheticSpec {
+            samples_per_cpu: 20_000,
+            ..Default::default()
+        };
+        let mut capture = synthetic_capture(&spec);
+        let ring = &mut capture.cpus[0].records;
+        assert!(ring.len() > 2 * SAMPLES_PIECE_BYTES, "{} bytes", ring.len());
+        ring.extend_from_slice(&[9, 0, 0, 0, 0, 0, 200, 0, 1, 2]);
+        let host = synthetic_host(SCHED_SWITCH_FORMAT);
+        let data = write_perf_data(&capture, &host, &WriteOptions::default()).unwrap();
+        assert_eq!(data.summary.torn_bytes, 10);
+        let seen = read_back(&data.to_vec());
+        check(&seen, &spec);
+        assert_eq!(
+            data.summary.samples,
+            seen.samples_per_attr.values().sum::<u64>()
+        );
     }
 
     #[test]
