@@ -1,6 +1,8 @@
 //! The online CPU list (`/sys/devices/system/cpu/online`, e.g. `0-3,8`).
 
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 
 const ONLINE: &str = "/sys/devices/system/cpu/online";
 
@@ -18,6 +20,45 @@ pub enum CpuListError {
 pub fn online_cpus() -> Result<Vec<u32>, CpuListError> {
     let list = std::fs::read_to_string(ONLINE).map_err(CpuListError::Read)?;
     parse_cpu_list(&list)
+}
+
+/// The online CPU list read again and again through one open file: a
+/// read at offset 0 of a sysfs attribute is the kernel's answer of the
+/// moment, and the open (a path walk through sysfs) was most of what the
+/// hot-plug check a few times a second cost an idle daemon.
+pub struct OnlineCpus {
+    file: File,
+    buf: Vec<u8>,
+}
+
+impl OnlineCpus {
+    /// sysfs answers with one page at most.
+    const MAX_BYTES: usize = 4096;
+
+    pub fn open() -> Result<Self, CpuListError> {
+        Ok(Self {
+            file: File::open(ONLINE).map_err(CpuListError::Read)?,
+            buf: vec![0; Self::MAX_BYTES],
+        })
+    }
+
+    /// The online CPUs now, ascending.
+    pub fn read(&mut self) -> Result<Vec<u32>, CpuListError> {
+        let mut len = 0;
+        while len < self.buf.len() {
+            match self.file.read_at(&mut self.buf[len..], len as u64) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CpuListError::Read(e)),
+            }
+        }
+        let list = std::str::from_utf8(&self.buf[..len]).map_err(|_| CpuListError::Parse {
+            list: String::from_utf8_lossy(&self.buf[..len]).into_owned(),
+            part: "(not UTF-8)".into(),
+        })?;
+        parse_cpu_list(list)
+    }
 }
 
 /// Parses the kernel's cpulist format: comma-separated CPUs and inclusive
@@ -77,5 +118,18 @@ mod tests {
     fn this_machine_has_an_online_cpu() {
         let cpus = online_cpus().unwrap();
         assert!(cpus.contains(&0));
+    }
+
+    #[test]
+    fn the_open_list_reads_what_a_fresh_open_reads_every_time() {
+        let mut online = OnlineCpus::open().unwrap();
+        let fresh = online_cpus().unwrap();
+        assert_eq!(online.read().unwrap(), fresh);
+        // A second read starts again at the beginning, not at the end.
+        assert_eq!(online.read().unwrap(), fresh);
+        assert_eq!(
+            fresh.len(),
+            std::thread::available_parallelism().unwrap().get()
+        );
     }
 }

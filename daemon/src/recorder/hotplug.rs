@@ -4,7 +4,7 @@
 //! old ones. The rings of a CPU that went away are kept until then: what
 //! they recorded before is still in the next snapshot. The drain thread
 //! reads the online list at most every [`CHECK_EVERY`] (a small sysfs
-//! file), and says in the log what changed.
+//! file, kept open), and says in the log what changed.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::rings::{Live, lock};
 use super::tap::FollowRings;
 use crate::log_limit::RateLimitedWarning;
 use crate::perf::PerfError;
-use crate::perf::cpus::online_cpus;
+use crate::perf::cpus::OnlineCpus;
 
 /// How often the online CPU list is read.
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -35,6 +35,7 @@ pub(super) fn follower(
 ) -> Box<dyn FnMut(&Epoll) + Send> {
     let live = Arc::clone(live);
     let mut last_check = Instant::now();
+    let mut online = OnlineCpus::open().ok();
     let mut last_forget = Instant::now();
     let mut last_release = Instant::now();
     // What the last looks allow to forget and is not forgotten yet (a
@@ -45,7 +46,15 @@ pub(super) fn follower(
     Box::new(move |epoll| {
         if last_check.elapsed() >= CHECK_EVERY {
             last_check = Instant::now();
-            follow(&live, epoll);
+            // Kept open; opened again at the next look after a failed read.
+            if online.is_none() {
+                online = OnlineCpus::open().ok();
+            }
+            match online.as_mut().map(OnlineCpus::read) {
+                Some(Ok(now)) => follow(&live, epoll, now),
+                Some(Err(_)) => online = None,
+                None => {}
+            }
         }
         let allowed = if last_forget.elapsed() >= FORGET_EXITED_EVERY {
             last_forget = Instant::now();
@@ -68,11 +77,8 @@ pub(super) fn follower(
     })
 }
 
-/// Opens rings for the CPUs online now that were not at the last look.
-fn follow(live: &Live, epoll: &Epoll) {
-    let Ok(now) = online_cpus() else {
-        return;
-    };
+/// Opens rings for the CPUs online `now` that were not at the last look.
+fn follow(live: &Live, epoll: &Epoll, now: Vec<u32>) {
     let mut online = lock(&live.online);
     if *online == now {
         return;
