@@ -6,7 +6,7 @@
 //! drain thread (`drain`) woken by the kernel at each ring's watermark
 //! copies them out into a bounded queue (`queue`), and the writer
 //! (`writer`, with what both share in `shared`) takes that
-//! and the tracking records a few times a second into zstd frames
+//! and the tracking records once a second into zstd frames
 //! appended to segment files (`segment`,
 //! the format), each starting with the events it uses and a checkpoint of
 //! every process, and drops whole segments by age and bytes (`retention`).

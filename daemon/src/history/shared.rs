@@ -14,6 +14,9 @@ pub(super) struct Wake {
     pub(super) stop: bool,
     pub(super) flush_asked: u64,
     pub(super) flushed: u64,
+    /// Set by the drain when a write's worth waits in its queue; cleared
+    /// by the writer when it takes the queue.
+    pub(super) queued: bool,
 }
 
 pub(super) struct Shared {

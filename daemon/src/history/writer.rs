@@ -1,11 +1,11 @@
 //! The history writer: one thread, at `history.writer_nice` as the drain,
 //! that takes what the drain (`drain`, a thread of its own) copied out of
-//! the recorder's record tap, and the tracking records, a few times a
-//! second; compresses them into frames and appends them to the current
-//! segment; starts a new segment (events, then a checkpoint of every
-//! process) when the current one is large or old enough; and drops old
-//! segments by age and by bytes before each write, so the budget is never
-//! exceeded.
+//! the recorder's record tap, and the tracking records, once a second
+//! (sooner when a MiB waits, a flush asks or it stops); compresses them
+//! into frames and appends them to the current segment; starts a new
+//! segment (events, then a checkpoint of every process) when the current
+//! one is large or old enough; and drops old segments by age and by bytes
+//! before each write, so the budget is never exceeded.
 //!
 //! A write that fails for lack of space drops the oldest segment and tries
 //! once more; any other failure (or a second one) stops the history with
@@ -35,10 +35,11 @@ use crate::snapshot::perfdata::tracking_event;
 use crate::snapshot::synth;
 use crate::time::SampleTime;
 
-/// How often the writer looks for records without being woken (the
-/// drain wakes it once a MiB waits).
-const ROUND: Duration = Duration::from_millis(200);
-/// Pending records are written at least this often...
+/// Pending records are written at least this often, the writer's only
+/// round when nothing wakes it (the drain does once a MiB waits; a flush
+/// and the stop do): rounds of their own in between drained the rings
+/// the drain thread drains anyway, and were most of an idle daemon's
+/// history cost...
 const WRITE_EVERY: Duration = Duration::from_secs(1);
 /// ...or once this many bytes wait.
 const WRITE_AT_BYTES: usize = 1 << 20;
@@ -88,21 +89,30 @@ impl Writer {
         if nice != 0 {
             crate::perf::sched::run_at_nice(nice, "history.writer_nice");
         }
+        let mut next_round = Instant::now() + WRITE_EVERY;
         loop {
-            let (stop, flush) = {
-                let wake = lock(&self.shared.wake);
-                let wake = if wake.stop || wake.flush_asked > wake.flushed {
-                    wake
-                } else {
-                    self.shared
+            let (stop, flush, due) = {
+                let mut wake = lock(&self.shared.wake);
+                let due = loop {
+                    if wake.stop || wake.flush_asked > wake.flushed || wake.queued {
+                        break false;
+                    }
+                    let left = next_round.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break true;
+                    }
+                    wake = self
+                        .shared
                         .woken
-                        .wait_timeout(wake, ROUND)
+                        .wait_timeout(wake, left)
                         .unwrap_or_else(PoisonError::into_inner)
-                        .0
+                        .0;
                 };
-                (wake.stop, wake.flush_asked)
+                wake.queued = false;
+                (wake.stop, wake.flush_asked, due)
             };
-            self.round(stop || flush > lock(&self.shared.wake).flushed);
+            next_round = Instant::now() + WRITE_EVERY;
+            self.round(due || stop || flush > lock(&self.shared.wake).flushed);
             let mut wake = lock(&self.shared.wake);
             wake.flushed = wake.flushed.max(flush);
             self.shared.woken.notify_all();
