@@ -18,6 +18,7 @@ mod snapshot;
 mod soak;
 mod trigger;
 mod write;
+mod write_floor;
 
 use std::time::Duration;
 

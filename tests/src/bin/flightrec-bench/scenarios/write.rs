@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::write_floor::{FloorWrite, write_floor};
 use super::{alternate, fill_time};
 use crate::cgroup::{BenchCgroups, Placement};
 use crate::cli::Args;
@@ -20,6 +21,8 @@ use crate::workload::BackgroundLoad;
 
 /// The dump thread's name in flightrecd.
 const DUMP_THREAD: &str = "flightrec-dump";
+/// Its nice by default (`snapshot.writer_nice`).
+const DUMP_THREAD_NICE: i32 = -10;
 
 /// One flightrec dump: its dump thread's counts from the signal to the
 /// complete file.
@@ -42,6 +45,9 @@ pub fn write(args: &Args, groups: u32, placement: Placement, rings: &[u64]) -> R
         let mut signal_ms: [Vec<f64>; 2] = Default::default();
         let mut bytes: [Vec<f64>; 2] = Default::default();
         let mut dumps = Vec::new();
+        // The floor under the same load, per flightrec dump: dd's page
+        // cache write and its direct write with fsync of the file's bytes.
+        let mut floors: [Vec<f64>; 2] = Default::default();
         for run in 0..args.runs {
             for &kind in alternate(run, &[Kind::Flightrec, Kind::Perf]) {
                 let mut recorder = Recorder::start(kind, setup)?;
@@ -63,9 +69,21 @@ pub fn write(args: &Args, groups: u32, placement: Placement, rings: &[u64]) -> R
                         elapsed: shot.elapsed,
                     });
                 }
+                let file_bytes = std::fs::metadata(&shot.path)?.len();
+                if let Kind::Flightrec = kind {
+                    let dir = shot.path.parent().context("a snapshot has a directory")?;
+                    let nice = args.writer_nice.unwrap_or(DUMP_THREAD_NICE);
+                    for (i, how) in [FloorWrite::PageCache, FloorWrite::DirectSynced]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let took = write_floor(dir, file_bytes, how, &cgroups.recorder(), nice)?;
+                        floors[i].push(took.as_secs_f64() * 1e3);
+                    }
+                }
                 drop(load);
                 signal_ms[kind as usize].push(shot.elapsed.as_secs_f64() * 1e3);
-                bytes[kind as usize].push(std::fs::metadata(&shot.path)?.len() as f64 / 1e6);
+                bytes[kind as usize].push(file_bytes as f64 / 1e6);
                 recorder.stop()?;
             }
         }
@@ -113,6 +131,21 @@ pub fn write(args: &Args, groups: u32, placement: Placement, rings: &[u64]) -> R
             format!("{size}: dump thread's minor page faults"),
             show(of(&|d| d.counts.minor_faults as f64), "", 0),
         ));
+        for (floor, how) in floors.iter().zip([
+            "to the page cache only (perf's way)",
+            "with direct I/O and fsync (flightrec's way)",
+        ]) {
+            let floor = Summary::of(floor);
+            rows.push(Row {
+                metric: format!(
+                    "{size}: floor, the file's bytes written by dd {how}, at the dump thread's nice in the recorder's cgroup"
+                ),
+                flightrec: show(floor, " ms", 1),
+                perf: "-".into(),
+                ratio: ratio(floor, pf),
+                target: "",
+            });
+        }
         let [fb, pb] = bytes.map(|v| Summary::of(&v));
         rows.push(Row {
             metric: format!("{size}: file size"),
