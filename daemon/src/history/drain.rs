@@ -32,9 +32,8 @@ use nix::sys::eventfd::EventFd;
 use super::shared::{Shared, lock};
 use crate::recorder::Recorder;
 
-/// How often the rings are drained without a wakeup (as often as the
-/// writer writes: a busy ring wakes the drain long before)...
-const ROUND: Duration = Duration::from_secs(1);
+/// How often the rings are drained without a wakeup...
+const ROUND: Duration = Duration::from_millis(200);
 /// ...and how soon again while the queue is full.
 const FULL_ROUND: Duration = Duration::from_millis(20);
 /// The writer is told once this many bytes wait for it.
@@ -148,9 +147,6 @@ fn run(shared: &Shared, source: &RecorderSource, stop: &EventFd) -> nix::Result<
         let wake_writer = queue.bytes() >= WAKE_WRITER_AT;
         drop(queue);
         if wake_writer {
-            // Said under the lock the writer waits with, so the wakeup
-            // cannot fall between its look and its wait.
-            lock(&shared.wake).queued = true;
             shared.woken.notify_all();
         }
     }
