@@ -147,6 +147,9 @@ fn run(shared: &Shared, source: &RecorderSource, stop: &EventFd) -> nix::Result<
         let wake_writer = queue.bytes() >= WAKE_WRITER_AT;
         drop(queue);
         if wake_writer {
+            // Said under the lock the writer waits with, so the wakeup
+            // cannot fall between its look and its wait.
+            lock(&shared.wake).queued = true;
             shared.woken.notify_all();
         }
     }
