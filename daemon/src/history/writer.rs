@@ -38,8 +38,7 @@ use crate::time::SampleTime;
 /// Pending records are written at least this often, the writer's only
 /// round when nothing wakes it (the drain does once a MiB waits; a flush
 /// and the stop do): rounds of their own in between drained the rings
-/// the drain thread drains anyway, and were most of an idle daemon's
-/// history cost...
+/// the drain thread drains anyway, a sixth of an idle daemon's CPU...
 const WRITE_EVERY: Duration = Duration::from_secs(1);
 /// ...or once this many bytes wait.
 const WRITE_AT_BYTES: usize = 1 << 20;
