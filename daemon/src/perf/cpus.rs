@@ -16,10 +16,10 @@ pub enum CpuListError {
     Empty { list: String },
 }
 
-/// The online CPUs, ascending.
+/// The online CPUs, ascending (a fresh open; [`OnlineCpus`] to look again
+/// and again).
 pub fn online_cpus() -> Result<Vec<u32>, CpuListError> {
-    let list = std::fs::read_to_string(ONLINE).map_err(CpuListError::Read)?;
-    parse_cpu_list(&list)
+    OnlineCpus::open()?.read()
 }
 
 /// The online CPU list read again and again through one open file: a
