@@ -350,7 +350,7 @@ impl Default for SnapshotConfig {
             min_interval: HumanDuration::secs(1),
             post_trigger_delay: unspanned(HumanDuration::secs(0)),
             realtime_priority: unspanned(1),
-            writer_nice: unspanned(-10),
+            writer_nice: unspanned(-20),
         }
     }
 }

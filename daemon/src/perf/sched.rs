@@ -13,11 +13,12 @@
 //!
 //! Nothing else does: once the rings are frozen the dump thread drops to
 //! the normal policy for the write and retention ([`NormalPriority`]), at
-//! a nice of its own (`snapshot.writer_nice`, -10 by default): under a
+//! a nice of its own (`snapshot.writer_nice`, -20 by default): under a
 //! load of hundreds of runnable tasks a write at nice 0 gets a few percent
 //! of a CPU and takes ten times as long (BENCHMARKS.md section 18); at
-//! -10 it gets about ten times a normal task's share, and a realtime
-//! policy is still kept from everything but the freeze. Only that thread
+//! -20 it gets about 87 times a normal task's share (at -10, nine times:
+//! a 32 MiB file took twice as long in the daemon's cgroup, section 47),
+//! and a realtime policy is still kept from everything but the freeze. Only that thread
 //! is raised, and only while it writes: threads it starts meanwhile begin
 //! at nice 0 (SCHED_RESET_ON_FORK). Compression runs on rayon's global
 //! pool at nice 0, and a `Compress` asked over the API runs on the

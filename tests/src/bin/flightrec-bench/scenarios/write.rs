@@ -22,7 +22,7 @@ use crate::workload::BackgroundLoad;
 /// The dump thread's name in flightrecd.
 const DUMP_THREAD: &str = "flightrec-dump";
 /// Its nice by default (`snapshot.writer_nice`).
-const DUMP_THREAD_NICE: i32 = -10;
+const DUMP_THREAD_NICE: i32 = -20;
 
 /// One flightrec dump: its dump thread's counts from the signal to the
 /// complete file.
