@@ -18,9 +18,9 @@
 //! of a CPU and takes ten times as long (BENCHMARKS.md section 18); at
 //! -20 it gets about 87 times a normal task's share (at -10, nine times:
 //! a 32 MiB file took twice as long in the daemon's cgroup, section 47),
-//! and a realtime policy is still kept from everything but the freeze. Only that thread
-//! is raised, and only while it writes: threads it starts meanwhile begin
-//! at nice 0 (SCHED_RESET_ON_FORK). Compression runs on rayon's global
+//! and a realtime policy is still kept from everything but the freeze.
+//! Only that thread is raised, and only while it writes: threads it
+//! starts meanwhile begin at nice 0 (SCHED_RESET_ON_FORK). Compression runs on rayon's global
 //! pool at nice 0, and a `Compress` asked over the API runs on the
 //! [`background_pool`], whose workers are niced ([`BACKGROUND_NICE`]) so a
 //! socket-group member cannot take the CPUs from the machine's work.
