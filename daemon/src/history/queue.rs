@@ -206,7 +206,8 @@ impl DrainQueue {
         };
         let mut unwinder = unwinder.as_deref_mut().and_then(Option::as_mut);
         let layouts = unwinder.is_some().then(|| self.layouts_of(recorder));
-        // Copied straight out of the rings into the queue's buffers.
+        // The tap's buffers are queued as they are, where nothing is
+        // unwound.
         tap.drain(&mut |cpu, drained| {
             if drained.is_empty() {
                 return;
@@ -220,7 +221,9 @@ impl DrainQueue {
                     &mut |pids| recorder.try_maps_now(pids),
                     &mut records,
                 ),
-                _ => records.extend_from_slice(drained),
+                // Taken whole, the spare buffer left for the tap's next
+                // records: a copy here is another pass over every byte.
+                _ => std::mem::swap(&mut records, drained),
             }
             self.queue(recorder, 0, cpu, records);
         });

@@ -26,6 +26,10 @@ use crate::recorder::rings::{CpuRing, Rings};
 use crate::ring::follow::follow;
 use flightrec_perfdata::encode::{SampleId, push_lost};
 
+/// More than the LOST record a look may put before its records takes (a
+/// header, two words and a sample_id of at most six).
+const LOST_RECORD_BYTES: usize = 128;
+
 /// Where each ring was at the last look.
 #[derive(Default)]
 pub(in crate::recorder) struct FollowRings {
@@ -141,7 +145,12 @@ fn look(
     }
     let size = set.data_size();
     let len = usize::try_from(published).map_or(size, |p| p.min(size));
-    copy.resize(len, 0);
+    // Kept at its longest: a resize to each look's length zeroes what it
+    // grows by, bytes the copy overwrites anyway.
+    if copy.len() < len {
+        copy.resize(len, 0);
+    }
+    let copy = &mut copy[..len];
     if !set.read_wrapping(head, copy) {
         return false;
     }
@@ -155,7 +164,15 @@ fn look(
     let intact = usize::try_from((size as u64).saturating_sub(during)).unwrap_or(0);
     let followed = follow(copy, published, intact);
     last.head = head;
-    out.clear();
+    // The consumer may have taken the last buffer and left a smaller one:
+    // a new one of the size needed rather than one grown by `realloc`,
+    // which copies the old allocation's bytes, used or not.
+    let needed = len + LOST_RECORD_BYTES;
+    if out.capacity() < needed {
+        *out = Vec::with_capacity(needed);
+    } else {
+        out.clear();
+    }
     let oldest = followed
         .records
         .last()

@@ -34,8 +34,9 @@ pub struct Checkpoint {
 }
 
 /// What [`RecordTap::drain`] hands each CPU's records to: the CPU, then
-/// the records.
-pub type CpuRecords<'a> = dyn FnMut(u32, &[u8]) + 'a;
+/// the records, in a buffer `f` may take whole (swapping in another one
+/// for the tap's next records) rather than copy.
+pub type CpuRecords<'a> = dyn FnMut(u32, &mut Vec<u8>) + 'a;
 
 /// The recorder's records as a stream: see the module's comment.
 pub struct RecordTap<'r> {
@@ -68,7 +69,8 @@ impl RecordTap<'_> {
 
     /// Hands `f` every CPU's records published since the last drain, a
     /// set's ring at a time (oldest first, a LOST record first where some
-    /// were overwritten before they were read): `f` copies what it keeps.
+    /// were overwritten before they were read): `f` copies or takes what
+    /// it keeps.
     pub fn drain(&self, f: &mut CpuRecords<'_>) {
         self.source.drain(self.rings, f)
     }
