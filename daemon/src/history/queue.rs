@@ -206,8 +206,6 @@ impl DrainQueue {
         };
         let mut unwinder = unwinder.as_deref_mut().and_then(Option::as_mut);
         let layouts = unwinder.is_some().then(|| self.layouts_of(recorder));
-        // The tap's buffers are queued as they are, where nothing is
-        // unwound.
         tap.drain(&mut |cpu, drained| {
             if drained.is_empty() {
                 return;

@@ -20,10 +20,11 @@
 //! a 32 MiB file took twice as long in the daemon's cgroup, section 47),
 //! and a realtime policy is still kept from everything but the freeze.
 //! Only that thread is raised, and only while it writes: threads it
-//! starts meanwhile begin at nice 0 (SCHED_RESET_ON_FORK). Compression runs on rayon's global
-//! pool at nice 0, and a `Compress` asked over the API runs on the
-//! [`background_pool`], whose workers are niced ([`BACKGROUND_NICE`]) so a
-//! socket-group member cannot take the CPUs from the machine's work.
+//! starts meanwhile begin at nice 0 (SCHED_RESET_ON_FORK). Compression
+//! runs on rayon's global pool at nice 0, and a `Compress` asked over the
+//! API runs on the [`background_pool`], whose workers are niced
+//! ([`BACKGROUND_NICE`]) so a socket-group member cannot take the CPUs
+//! from the machine's work.
 //! The history's drain and writer run at `history.writer_nice` (-10 by
 //! default) for their life, for the same reason as the dump's write.
 //! Realtime and a negative nice need CAP_SYS_NICE; without it everything
