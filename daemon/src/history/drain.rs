@@ -1,9 +1,16 @@
 //! The history's drain: one thread that copies every CPU's records out
 //! of the recorder's record tap into a bounded queue the writer takes
 //! from (`queue`; stack copies unwound on the way where the unwinder is
-//! ready for them, see `unwind`), woken by
-//! the kernel when a ring is half written (epoll on the rings' fds, as
-//! perf's reader waits on its rings) and at least every [`ROUND`].
+//! ready for them, see `unwind`), woken by the kernel when a quarter of a
+//! ring is written (epoll on the rings' fds, as perf's reader waits on
+//! its rings) and at least every [`ROUND`]. Where the wakeup was at half a
+//! ring (the kernel's default) the drain needed a round every 200 ms to
+//! keep ahead of a 4 MiB ring at 19999 Hz under a CPU-bound neighbour:
+//! woken late, it had half a ring left before the kernel overwrote what it
+//! had not read. A quarter leaves three quarters, and a round every
+//! 500 ms then keeps ahead as well (every second did not, quite), for a
+//! quarter less of the drain's CPU at 999 Hz: each round has a cost of its
+//! own (BENCHMARKS.md section 49).
 //!
 //! A drain is a copy, a few hundred microseconds for a full ring (a few
 //! milliseconds for a 16 MiB one of stack copies, ~3 µs each unwound),
@@ -32,8 +39,9 @@ use nix::sys::eventfd::EventFd;
 use super::shared::{Shared, lock};
 use crate::recorder::Recorder;
 
-/// How often the rings are drained without a wakeup...
-const ROUND: Duration = Duration::from_millis(200);
+/// How often the rings are drained without a wakeup (the rings wake the
+/// drain when a quarter of one is written, `perf::sample_ring`)...
+const ROUND: Duration = Duration::from_millis(500);
 /// ...and how soon again while the queue is full.
 const FULL_ROUND: Duration = Duration::from_millis(20);
 /// The writer is told once this many bytes wait for it.

@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use super::event::ResolvedEvent;
 use super::mapping::{Access, RingMap};
 use super::{PerfError, sys};
+use crate::abi::{EventAttr, attr_flag};
 
 pub struct SampleRing {
     cpu: u32,
@@ -23,13 +24,18 @@ pub struct SampleRing {
 const READ_SIZE: usize = 24;
 
 fn open_event(event: &ResolvedEvent, cpu: u32) -> Result<OwnedFd, PerfError> {
+    open_event_as(event, &event.attr, cpu)
+}
+
+/// [`open_event`] with `attr` in place of the event's own.
+fn open_event_as(event: &ResolvedEvent, attr: &EventAttr, cpu: u32) -> Result<OwnedFd, PerfError> {
     let cpu_arg = i32::try_from(cpu).map_err(|_| PerfError::Open {
         event: event.name.clone(),
         cpu,
         reason: "CPU number out of range".into(),
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
     })?;
-    let fd = sys::perf_event_open(&event.attr, -1, cpu_arg).map_err(|source| PerfError::Open {
+    let fd = sys::perf_event_open(attr, -1, cpu_arg).map_err(|source| PerfError::Open {
         event: event.name.clone(),
         cpu,
         reason: sys::open_failure_reason(&source, event.is_hardware()),
@@ -52,6 +58,21 @@ pub fn check_filter(event: &ResolvedEvent, cpu: u32) -> Result<(), PerfError> {
     open_event(event, cpu).map(drop)
 }
 
+/// The attr of the event that owns a ring of `data_size` bytes: `attr`,
+/// waking a reader of the ring (the history's drain) when a quarter of it
+/// is written, where the kernel's default is half. A reader woken late
+/// (held off a CPU under load) then has three quarters of a ring before
+/// the kernel overwrites what it has not read. Only the owner's attr sets
+/// the ring's watermark; nothing but its fd's wakeups change, and
+/// snapshot files keep the event's own attr.
+fn owner_attr(attr: &EventAttr, data_size: usize) -> EventAttr {
+    EventAttr {
+        flags: attr.flags | attr_flag::WATERMARK,
+        wakeup: u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1),
+        ..*attr
+    }
+}
+
 impl SampleRing {
     /// Opens every event on `cpu`, disabled, sharing one ring of
     /// `data_pages` pages (a power of two), mapped read-only: the kernel
@@ -65,7 +86,11 @@ impl SampleRing {
                 detail: "no events configured".into(),
             });
         };
-        let owner = open_event(first, cpu)?;
+        let owner = open_event_as(
+            first,
+            &owner_attr(&first.attr, data_pages.saturating_mul(sys::page_size())),
+            cpu,
+        )?;
         let map = RingMap::new(&owner, data_pages, Access::ReadOnly, what, cpu)?;
         let mut fds = vec![owner];
         for event in &events[1..] {
@@ -224,5 +249,34 @@ impl SampleRing {
             total = total.wrapping_add(crate::abi::get_u64(&buf, 16));
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rings_owner_wakes_its_reader_at_a_quarter_of_the_ring_and_changes_nothing_else() {
+        let attr = EventAttr {
+            type_: 1,
+            sample_type: 0x1_0107,
+            flags: attr_flag::DISABLED | attr_flag::WRITE_BACKWARD,
+            ..EventAttr::default()
+        };
+        let owner = owner_attr(&attr, 4 << 20);
+        assert_eq!(owner.wakeup, 1 << 20);
+        assert_eq!(owner.flags, attr.flags | attr_flag::WATERMARK);
+        assert_eq!(
+            EventAttr {
+                flags: attr.flags,
+                wakeup: attr.wakeup,
+                ..owner
+            },
+            attr
+        );
+        // A ring too small for a quarter in bytes still wakes (0 would
+        // be the kernel's default of half).
+        assert_eq!(owner_attr(&attr, 2).wakeup, 1);
     }
 }

@@ -86,8 +86,8 @@ impl FollowRings {
             .sum()
     }
 
-    /// Every set's fd (the kernel wakes a reader when half a ring is
-    /// written, its default watermark).
+    /// Every set's fd (the kernel wakes a reader when a quarter of a ring
+    /// is written: the watermark `perf::sample_ring` asks for).
     pub(super) fn watch(&self, rings: &RwLock<Rings>, epoll: &Epoll) -> nix::Result<()> {
         let mut i = 0u64;
         for cpu in &read(rings).cpus {
