@@ -9,8 +9,8 @@
 //! woken late, it had half a ring left before the kernel overwrote what it
 //! had not read. A quarter leaves three quarters, and a round every
 //! 500 ms then keeps ahead as well (every second did not, quite), for a
-//! quarter less of the drain's CPU at 999 Hz: each round has a cost of its
-//! own (BENCHMARKS.md section 49).
+//! sixth less of the drain's CPU at 999 Hz and half of it idle: each round
+//! has a cost of its own (BENCHMARKS.md section 49).
 //!
 //! A drain is a copy, a few hundred microseconds for a full ring (a few
 //! milliseconds for a 16 MiB one of stack copies, ~3 µs each unwound),
