@@ -110,6 +110,13 @@ pub fn data_pages_for(bytes: u64, page_size: usize) -> Result<usize, PerfError> 
     })
 }
 
+/// The `wakeup_watermark` of a ring of `data_size` bytes whose reader is
+/// woken when a quarter of it is written (at least a byte: 0 would be the
+/// kernel's default of half).
+pub(crate) fn quarter_ring_watermark(data_size: usize) -> u32 {
+    u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

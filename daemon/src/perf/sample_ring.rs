@@ -68,7 +68,7 @@ pub fn check_filter(event: &ResolvedEvent, cpu: u32) -> Result<(), PerfError> {
 fn owner_attr(attr: &EventAttr, data_size: usize) -> EventAttr {
     EventAttr {
         flags: attr.flags | attr_flag::WATERMARK,
-        wakeup: u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1),
+        wakeup: super::quarter_ring_watermark(data_size),
         ..*attr
     }
 }

@@ -39,7 +39,7 @@ pub struct TrackingOptions {
 /// The tracking event's attr for a ring of `data_size` bytes: wake the reader
 /// when a quarter of the ring is full.
 pub fn tracking_attr(data_size: usize, options: TrackingOptions) -> EventAttr {
-    let watermark = u32::try_from(data_size / 4).unwrap_or(u32::MAX).max(1);
+    let watermark = super::quarter_ring_watermark(data_size);
     EventAttr {
         type_: event_type::SOFTWARE,
         config: sw_event::DUMMY,
