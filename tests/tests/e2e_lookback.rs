@@ -80,20 +80,18 @@ fn realtime_offset_ns() -> i128 {
     real - mono
 }
 
-/// A daemon recording into 4 MiB per CPU (the default) under a light
-/// load that does not fill them in the seconds a test runs.
+/// A daemon under a light load of its own, recording into rings that it
+/// does not fill in the seconds a test runs. 32 MiB per CPU: a busy
+/// machine's scheduler events (beside the test's own load, and the other
+/// tests of this binary) filled the default 4 MiB in 2.1-2.4 s under
+/// `perf bench sched messaging` in a loop.
 fn daemon_under_light_load() -> (Daemon, Load) {
-    daemon_under_light_load_with_rings("4MiB")
-}
-
-/// [`daemon_under_light_load`] with rings of `per_cpu` each.
-fn daemon_under_light_load_with_rings(per_cpu: &str) -> (Daemon, Load) {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = test_config(
         dir.path(),
         "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n",
     )
-    .replace("per_cpu = \"256KiB\"", &format!("per_cpu = \"{per_cpu}\""));
+    .replace("per_cpu = \"256KiB\"", "per_cpu = \"32MiB\"");
     let d = Daemon::start_in(dir, &text, &[]);
     let load = Load::shells(
         1,
@@ -281,11 +279,15 @@ fn after_keeps_recording_until_the_windows_end() {
 fn a_triggers_before_cuts_its_snapshots() {
     require_root("a_triggers_before_cuts_its_snapshots");
     let dir = tempfile::tempdir().expect("tempdir");
+    // Rings of the default 4 MiB: the tests' 256 KiB can hold less than
+    // 300 ms while the other tests of this binary load the machine, and
+    // the window then starts at the oldest record held instead.
     let text = test_config(
         dir.path(),
         "[snapshot]\ncompression = \"none\"\nmin_interval = \"100ms\"\n\n\
          [[trigger]]\nname = \"tick\"\non = \"interval\"\nevery = \"2s\"\nbefore = \"300ms\"\n",
-    );
+    )
+    .replace("per_cpu = \"256KiB\"", "per_cpu = \"4MiB\"");
     let d = Daemon::start_in(dir, &text, &[]);
     // Witness: the trigger's first snapshot (the rings hold 2 s by then).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -303,6 +305,11 @@ fn a_triggers_before_cuts_its_snapshots() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The window is the trigger's `before` from the firing to the freeze,
+    // not cut short by what the rings hold.
+    let window = |key: &str| snapshot[key].as_u64().expect(key);
+    let span = window("window_end_unix_ns") - window("window_start_unix_ns");
+    assert!((300_000_000..350_000_000).contains(&span), "{snapshot}");
     let times = sample_times(Path::new(snapshot["path"].as_str().expect("path")));
     let (first, last) = times.iter().fold((f64::MAX, f64::MIN), |(a, b), (_, t)| {
         (a.min(*t), b.max(*t))
@@ -354,10 +361,7 @@ fn wait_for_reach(d: &Daemon, seconds: f64) {
 fn status_says_how_far_back_the_rings_reach_before_and_after_a_dump() {
     require_root("status_says_how_far_back_the_rings_reach_before_and_after_a_dump");
     let started = std::time::Instant::now();
-    // Rings that a busy machine's scheduler events (beside the test's own
-    // load) do not fill in seconds: 4 MiB filled in 2.1-2.4 s under
-    // `perf bench sched messaging` in a loop.
-    let (d, _load) = daemon_under_light_load_with_rings("32MiB");
+    let (d, _load) = daemon_under_light_load();
     wait_for_reach(&d, 2.5);
     let before = reach_per_cpu(&d);
     let bound = started.elapsed().as_secs_f64();
