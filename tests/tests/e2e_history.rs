@@ -102,6 +102,18 @@ fn samples(path: &Path) -> (Vec<(u32, i64, i64, String)>, String) {
     (rows, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The oldest record the memory rings hold, over every CPU (unix ns),
+/// from a `status`.
+fn rings_oldest(status: &Value) -> i64 {
+    status["cpus"]
+        .as_array()
+        .expect("cpus")
+        .iter()
+        .filter_map(|c| c["rings_oldest_unix_ns"].as_i64())
+        .min()
+        .unwrap_or(0)
+}
+
 /// Waits until the history reaches at least `secs` back.
 fn wait_for_history(d: &Daemon, secs: f64) {
     let deadline = Instant::now() + Duration::from_secs_f64(secs + 30.0);
@@ -398,13 +410,7 @@ fn a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote
     let deadline = Instant::now() + Duration::from_secs(60);
     let rings_from = loop {
         let s = d.json(&["status"]);
-        let oldest = s["cpus"]
-            .as_array()
-            .expect("cpus")
-            .iter()
-            .filter_map(|c| c["rings_oldest_unix_ns"].as_i64())
-            .min()
-            .unwrap_or(0);
+        let oldest = rings_oldest(&s);
         if oldest > history_end + 500_000_000 {
             break oldest;
         }
@@ -422,13 +428,7 @@ fn a_history_dir_that_turns_unwritable_stops_the_history_and_keeps_what_it_wrote
     // The rings' oldest record moves on until they are frozen (seconds
     // later on a busy machine): the gap lies between what status said
     // before the dump and after it, give or take the clocks' conversion.
-    let rings_after = d.json(&["status"])["cpus"]
-        .as_array()
-        .expect("cpus")
-        .iter()
-        .filter_map(|c| c["rings_oldest_unix_ns"].as_i64())
-        .min()
-        .unwrap_or(0);
+    let rings_after = rings_oldest(&d.json(&["status"]));
     let slack = 50_000_000;
     let (low, high) = (rings_from - history_end, rings_after - history_end);
     assert!(
