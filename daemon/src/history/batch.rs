@@ -1,4 +1,11 @@
 //! Records drained and not yet written, and how they are cut into frames.
+//!
+//! A drained chunk of [`WHOLE_FROM`] bytes or more is kept as it was
+//! drained and cut into frames where it lies ([`Whole`]): copying it into
+//! the batch was a pass over every byte at 999 Hz, where chunks are
+//! hundreds of KiB and the batch is written in the same round. Smaller
+//! chunks (an idle machine's, the writer's own last drain) are gathered
+//! into the batch, so that its frames are not a few KiB each.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -16,11 +23,36 @@ pub(super) struct Pending {
 
 #[derive(Default)]
 pub(super) struct Batch {
+    /// Chunks kept as they were drained, oldest first, each after the
+    /// gathered records before it.
+    wholes: Vec<Whole>,
     pub(super) records: Vec<u8>,
     /// What `records` holds: count and span.
     pub(super) kept: Kept,
     /// Where `records` is cut into frames, noted as they are added.
     cuts: FrameCuts,
+}
+
+/// Chunks of this many bytes or more are framed where they lie.
+pub(super) const WHOLE_FROM: usize = 256 << 10;
+
+/// A drained chunk framed where it lies.
+struct Whole {
+    /// How many gathered bytes (`Batch::records`) come before it.
+    after: usize,
+    records: Vec<u8>,
+    /// Where its whole records end (a walk stops at a record that does
+    /// not parse).
+    end: usize,
+    kept: Kept,
+    cuts: FrameCuts,
+}
+
+/// One frame's records, their count and span.
+pub(super) struct FramePart<'a> {
+    pub(super) records: &'a [u8],
+    pub(super) count: u32,
+    pub(super) times: (SampleTime, SampleTime),
 }
 
 impl Batch {
@@ -35,6 +67,47 @@ impl Batch {
         added.lost
     }
 
+    /// Takes `chunk`'s whole records: kept as it is when it is large, else
+    /// appended. Returns the samples its LOST records say were dropped,
+    /// and the chunk's buffer when it was copied (for the next drains).
+    pub(super) fn add_chunk(
+        &mut self,
+        chunk: Vec<u8>,
+        layouts: &RecordLayouts,
+    ) -> (u64, Option<Vec<u8>>) {
+        if chunk.len() < WHOLE_FROM {
+            return (self.add(&chunk, layouts), Some(chunk));
+        }
+        // The gathered records' open frame ends where the chunk comes.
+        let after = self.records.len();
+        self.cuts.close(after);
+        let mut cuts = FrameCuts::default();
+        let mut end = 0;
+        let kept = RecordFilter::all(layouts).scan_each(&chunk, |at, len| {
+            cuts.note(at, len);
+            end = at + len;
+        });
+        let lost = kept.lost;
+        self.wholes.push(Whole {
+            after,
+            records: chunk,
+            end,
+            kept,
+            cuts,
+        });
+        (lost, None)
+    }
+
+    /// Records held.
+    pub(super) fn count(&self) -> u64 {
+        self.wholes.iter().map(|w| w.kept.count).sum::<u64>() + self.kept.count
+    }
+
+    /// Bytes of records held.
+    pub(super) fn len(&self) -> usize {
+        self.wholes.iter().map(|w| w.end).sum::<usize>() + self.records.len()
+    }
+
     /// Notes the records written into `records` from `start` by hand
     /// (the unwinder's, some rewritten), as [`Self::add`] notes its own.
     pub(super) fn note_written_from(&mut self, start: usize) {
@@ -45,35 +118,66 @@ impl Batch {
         }
     }
 
-    /// The frames `records` is cut into: each one's byte range and record
-    /// count (see [`FrameCuts`]).
-    pub(super) fn frames(&self) -> impl Iterator<Item = (Range<usize>, u32)> + '_ {
-        self.cuts.parts(self.records.len())
-    }
-
-    /// The span of the records, for the frame's header (a batch without a
-    /// timed record is stamped `at`).
-    pub(super) fn times(&self, at: SampleTime) -> (SampleTime, SampleTime) {
-        (
-            self.kept.oldest.unwrap_or(at),
-            self.kept.newest.unwrap_or(at),
-        )
+    /// The frames the batch is cut into, oldest first (see
+    /// [`FrameCuts`]): a kept chunk's are stamped with its span, the
+    /// gathered records' with theirs (records without a timed one are
+    /// stamped `at`).
+    pub(super) fn frames(&self, at: SampleTime) -> Vec<FramePart<'_>> {
+        let times = span(&self.kept, at);
+        let mut frames = Vec::new();
+        let mut wholes = self.wholes.iter().peekable();
+        for (range, count) in self.cuts.parts(self.records.len()) {
+            // No gathered frame spans a kept chunk's place (`add_chunk`).
+            while let Some(w) = wholes.next_if(|w| w.after <= range.start) {
+                w.push_frames(&mut frames, at);
+            }
+            frames.push(FramePart {
+                records: &self.records[range],
+                count,
+                times,
+            });
+        }
+        for w in wholes {
+            w.push_frames(&mut frames, at);
+        }
+        frames
     }
 
     /// Empties the batch and keeps its buffer: batches are written a few
     /// times a second, and a buffer of a MiB or more made anew each time
     /// is fresh pages faulted in and unmapped again (the allocator maps
-    /// blocks of 1 MiB and more apart, see `perf::heap`).
-    pub(super) fn clear(&mut self) {
+    /// blocks of 1 MiB and more apart, see `perf::heap`). Returns the
+    /// buffers of the chunks it kept, for the next drains.
+    pub(super) fn clear(&mut self) -> impl Iterator<Item = Vec<u8>> + use<> {
         self.records.clear();
         self.kept = Kept::default();
         self.cuts.clear();
+        std::mem::take(&mut self.wholes)
+            .into_iter()
+            .map(|w| w.records)
     }
+}
+
+impl Whole {
+    fn push_frames<'a>(&'a self, frames: &mut Vec<FramePart<'a>>, at: SampleTime) {
+        let times = span(&self.kept, at);
+        frames.extend(self.cuts.parts(self.end).map(|(range, count)| FramePart {
+            records: &self.records[range],
+            count,
+            times,
+        }));
+    }
+}
+
+/// The span of `kept`'s records, for a frame's header (`at` without a
+/// timed record).
+fn span(kept: &Kept, at: SampleTime) -> (SampleTime, SampleTime) {
+    (kept.oldest.unwrap_or(at), kept.newest.unwrap_or(at))
 }
 
 impl Pending {
     pub(super) fn bytes(&self) -> usize {
-        self.cpus.values().map(|b| b.records.len()).sum::<usize>() + self.tracking.records.len()
+        self.cpus.values().map(Batch::len).sum::<usize>() + self.tracking.len()
     }
 }
 
@@ -103,6 +207,14 @@ impl FrameCuts {
             (self.start, self.count) = (at, 0);
         }
         self.count += 1;
+    }
+
+    /// Ends the open frame at `at` (where the next record will start).
+    fn close(&mut self, at: usize) {
+        if self.count > 0 {
+            self.closed.push((self.start..at, self.count));
+        }
+        (self.start, self.count) = (at, 0);
     }
 
     /// The frames, the open one last; `len` is the records' length, to
@@ -162,6 +274,24 @@ mod tests {
         assert!(parts.iter().all(|(r, _)| r.len() <= FRAME_RAW_BYTES));
     }
 
+    /// Each frame of `batch`: its bytes' length and record count.
+    fn frame_sizes(batch: &Batch) -> Vec<(usize, u32)> {
+        batch
+            .frames(SampleTime::from_nanos(1))
+            .iter()
+            .map(|p| (p.records.len(), p.count))
+            .collect()
+    }
+
+    /// Every frame's bytes, in the order they are written.
+    fn framed_bytes(batch: &Batch) -> Vec<u8> {
+        batch
+            .frames(SampleTime::from_nanos(1))
+            .iter()
+            .flat_map(|p| p.records.to_vec())
+            .collect()
+    }
+
     #[test]
     fn a_batch_cut_as_it_is_filled_is_cut_afresh_after_it_is_cleared() {
         let layouts = RecordLayouts::default();
@@ -169,13 +299,88 @@ mod tests {
         let chunk: Vec<u8> = (0..20).flat_map(|_| record(40 << 10)).collect();
         batch.add(&chunk, &layouts);
         batch.add(&chunk, &layouts);
-        let parts: Vec<_> = batch.frames().collect();
-        assert_eq!(parts, frame_parts(&batch.records));
+        let parts = frame_sizes(&batch);
+        let expected: Vec<_> = frame_parts(&batch.records)
+            .into_iter()
+            .map(|(r, n)| (r.len(), n))
+            .collect();
+        assert_eq!(parts, expected);
         assert_eq!(parts.len(), 2);
         assert_eq!(parts.iter().map(|(_, n)| n).sum::<u32>(), 40);
-        batch.clear();
-        assert_eq!(batch.frames().count(), 0);
+        assert_eq!(batch.clear().count(), 0);
+        assert!(frame_sizes(&batch).is_empty());
         batch.add(&chunk[..3 * 40960], &layouts);
-        assert_eq!(batch.frames().collect::<Vec<_>>(), vec![(0..3 * 40960, 3)]);
+        assert_eq!(frame_sizes(&batch), vec![(3 * 40960, 3)]);
+    }
+
+    /// A record of `len` bytes whose body is `fill`.
+    fn filled(len: usize, fill: u8) -> Vec<u8> {
+        let mut r = record(len);
+        r[8..].fill(fill);
+        r
+    }
+
+    #[test]
+    fn a_large_chunk_is_framed_where_it_lies_as_a_copy_would_be() {
+        let layouts = RecordLayouts::default();
+        // 30 records of 40 KiB: 1.2 MB, two frames either way.
+        let chunk: Vec<u8> = (0..30u8).flat_map(|i| filled(40 << 10, i)).collect();
+        let mut copied = Batch::default();
+        copied.add(&chunk, &layouts);
+        let mut kept = Batch::default();
+        let (lost, back) = kept.add_chunk(chunk.clone(), &layouts);
+        assert_eq!((lost, back.is_none()), (0, true), "taken as it is");
+        assert_eq!(frame_sizes(&kept), frame_sizes(&copied));
+        assert_eq!(framed_bytes(&kept), chunk);
+        assert_eq!((kept.count(), kept.len()), (30, chunk.len()));
+        // The buffer comes back when the batch is cleared.
+        let spent: Vec<_> = kept.clear().collect();
+        assert_eq!(spent, vec![chunk]);
+        assert_eq!((kept.count(), kept.len()), (0, 0));
+    }
+
+    #[test]
+    fn chunks_keep_their_order_whether_kept_or_gathered() {
+        let layouts = RecordLayouts::default();
+        let big = |fill: u8| -> Vec<u8> { (0..8).flat_map(|_| filled(40 << 10, fill)).collect() };
+        let small = |fill: u8| filled(64, fill);
+        let mut batch = Batch::default();
+        let chunks = [big(1), big(2), small(3), big(4), small(5), small(6), big(7)];
+        let copied: Vec<bool> = chunks
+            .iter()
+            .map(|c| batch.add_chunk(c.clone(), &layouts).1.is_some())
+            .collect();
+        assert_eq!(copied, [false, false, true, false, true, true, false]);
+        assert_eq!(framed_bytes(&batch), chunks.concat());
+        // Each large chunk a frame of its own, the small ones gathered
+        // into a frame between them.
+        assert_eq!(
+            frame_sizes(&batch),
+            vec![
+                (8 * 40960, 8),
+                (8 * 40960, 8),
+                (64, 1),
+                (8 * 40960, 8),
+                (128, 2),
+                (8 * 40960, 8)
+            ]
+        );
+        assert_eq!(batch.count(), 8 * 4 + 3);
+        assert_eq!(batch.len(), chunks.concat().len());
+        assert_eq!(batch.clear().count(), 4);
+        assert!(frame_sizes(&batch).is_empty());
+    }
+
+    #[test]
+    fn a_kept_chunk_ends_at_its_last_whole_record() {
+        let layouts = RecordLayouts::default();
+        let mut chunk: Vec<u8> = (0..8).flat_map(|_| filled(40 << 10, 1)).collect();
+        let whole = chunk.len();
+        // A header that does not parse (size 0): the walk stops there.
+        chunk.extend([0u8; 64]);
+        let mut batch = Batch::default();
+        assert!(batch.add_chunk(chunk.clone(), &layouts).1.is_none());
+        assert_eq!(framed_bytes(&batch), chunk[..whole].to_vec());
+        assert_eq!(batch.len(), whole);
     }
 }

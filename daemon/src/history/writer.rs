@@ -143,9 +143,9 @@ impl Writer {
             let pending = std::mem::take(&mut self.pending);
             let mut index = lock(&self.shared.index);
             for (cpu, batch) in pending.cpus {
-                *index.status.lost_per_cpu.entry(cpu).or_default() += batch.kept.count;
+                *index.status.lost_per_cpu.entry(cpu).or_default() += batch.count();
             }
-            index.status.tracking_dropped += pending.tracking.kept.count;
+            index.status.tracking_dropped += pending.tracking.count();
             return;
         }
         let due = self.segment.as_ref().is_none_or(|s| {
@@ -228,14 +228,17 @@ impl Writer {
             // files not read yet) become call chains here: the unwinder
             // is held chunk by chunk, so that the drain can use it between.
             let batch = self.pending.cpus.entry(chunk.cpu).or_default();
-            let lost = match lock(&self.shared.unwinder).as_mut() {
-                Some(u) => u.add_unwound(batch, &chunk.records, &self.layouts, &chunk.recorder),
-                None => batch.add(&chunk.records, &self.layouts),
+            let (lost, copied) = match lock(&self.shared.unwinder).as_mut() {
+                Some(u) => (
+                    u.add_unwound(batch, &chunk.records, &self.layouts, &chunk.recorder),
+                    Some(chunk.records),
+                ),
+                None => batch.add_chunk(chunk.records, &self.layouts),
             };
             if lost > 0 {
                 lost_now.push((chunk.cpu, lost));
             }
-            spent.push(chunk.records);
+            spent.extend(copied);
         }
         if let Some(u) = lock(&self.shared.unwinder).as_mut() {
             let counts = std::mem::take(&mut u.counts);
@@ -296,11 +299,12 @@ impl Writer {
                 .map(|(&cpu, batch)| (FrameKind::Samples, cpu, batch)),
         );
         let now = crate::host::sample_clock_now().unwrap_or_default();
+        let mut spent = Vec::new();
         for (kind, cpu, batch) in batches {
-            let times = batch.times(now);
-            for (range, count) in batch.frames() {
-                let raw = range.len() as u64;
-                let frame = encoder.encode(kind, cpu, times, count, &batch.records[range]);
+            for part in batch.frames(now) {
+                let raw = part.records.len() as u64;
+                let times = part.times;
+                let frame = encoder.encode(kind, cpu, times, part.count, part.records);
                 let written = frame.and_then(|f| self.append(f, times));
                 match written {
                     Ok(stored) => {
@@ -317,10 +321,16 @@ impl Writer {
                     }
                 }
             }
-            batch.clear();
+            spent.extend(batch.clear());
         }
         self.pending = pending;
         self.encoder = Some(encoder);
+        if !spent.is_empty() {
+            let mut queue = lock(&self.shared.drained);
+            for records in spent {
+                queue.recycle(records);
+            }
+        }
     }
 
     /// Appends `frame` to the current segment after making room for it;

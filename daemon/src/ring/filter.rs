@@ -273,11 +273,17 @@ impl<'a> RecordFilter<'a> {
     /// noting where each kept record of at least `min_len` bytes starts
     /// (the few that need a closer look, found in the same walk).
     pub fn scan_noting(&self, bytes: &[u8], min_len: usize, noted: &mut Vec<usize>) -> Kept {
-        self.walk(bytes, |at, record| {
-            if record.len() >= min_len {
+        self.scan_each(bytes, |at, len| {
+            if len >= min_len {
                 noted.push(at);
             }
         })
+    }
+
+    /// As [`Self::scan`], calling `each(at, len)` with where each kept
+    /// record lies in `bytes`, in the same walk.
+    pub fn scan_each(&self, bytes: &[u8], mut each: impl FnMut(usize, usize)) -> Kept {
+        self.walk(bytes, |at, record| each(at, record.len()))
     }
 
     /// Keeps only the kept records of `bytes`, moved down in place (a
