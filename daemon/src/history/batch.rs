@@ -203,8 +203,7 @@ impl FrameCuts {
     /// one noted.
     fn note(&mut self, at: usize, len: usize) {
         if at > self.start && at - self.start + len > FRAME_RAW_BYTES {
-            self.closed.push((self.start..at, self.count));
-            (self.start, self.count) = (at, 0);
+            self.close(at);
         }
         self.count += 1;
     }

@@ -152,6 +152,13 @@ impl<R> DrainQueue<R> {
         }
     }
 
+    /// [`Self::recycle`]s each of `buffers`.
+    pub(super) fn recycle_all(&mut self, buffers: impl IntoIterator<Item = Vec<u8>>) {
+        for records in buffers {
+            self.recycle(records);
+        }
+    }
+
     /// Whether the queue is at [`queue_limit`] for rings of `ring_bytes` together.
     fn full(&self, ring_bytes: usize) -> bool {
         self.bytes >= queue_limit(ring_bytes)

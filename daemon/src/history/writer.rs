@@ -249,9 +249,7 @@ impl Writer {
             }
         }
         let mut queue = lock(&self.shared.drained);
-        for records in spent {
-            queue.recycle(records);
-        }
+        queue.recycle_all(spent);
         queue.unwound(recorder);
         drop(queue);
         if !lost_now.is_empty() {
@@ -326,10 +324,7 @@ impl Writer {
         self.pending = pending;
         self.encoder = Some(encoder);
         if !spent.is_empty() {
-            let mut queue = lock(&self.shared.drained);
-            for records in spent {
-                queue.recycle(records);
-            }
+            lock(&self.shared.drained).recycle_all(spent);
         }
     }
 
