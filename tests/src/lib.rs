@@ -738,21 +738,29 @@ impl Tmpfs {
     }
 
     /// Remounts it with `kib` KiB of room beyond what it holds now: a disk
-    /// that fills soon after, whatever was written before.
+    /// that fills soon after, whatever was written before. A writer that
+    /// added more than `kib` between the look and the remount makes the
+    /// kernel refuse a size below what is held: it is looked at again.
     pub fn shrink_to_used_and(&self, kib: u64) {
-        let fs = nix::sys::statvfs::statvfs(&self.0).expect("statvfs");
-        let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
-        let size = used.div_ceil(1024) + kib;
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}k")])
-            .arg(&self.0)
-            .status()
-            .expect("run mount");
-        assert!(
-            status.success(),
-            "remounting {} at {size} KiB",
-            self.0.display()
-        );
+        const TRIES: usize = 10;
+        for tried in 1.. {
+            let fs = nix::sys::statvfs::statvfs(&self.0).expect("statvfs");
+            let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
+            let size = used.div_ceil(1024) + kib;
+            let status = Command::new("mount")
+                .args(["-o", &format!("remount,size={size}k")])
+                .arg(&self.0)
+                .status()
+                .expect("run mount");
+            if status.success() {
+                return;
+            }
+            assert!(
+                tried < TRIES,
+                "remounting {} at {size} KiB ({tried} tries)",
+                self.0.display()
+            );
+        }
     }
 }
 
