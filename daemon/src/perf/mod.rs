@@ -12,11 +12,13 @@
 //! - [`sched`]: SCHED_FIFO for the threads that freeze the rings, the
 //!   writer's nice and the niced background workers.
 //! - [`heap`]: freed heap memory given back to the kernel after each dump.
+//! - [`aio`]: a snapshot's direct writes in flight while the next is filled.
 //! - `sys`: the syscalls and ioctls themselves, each through one errno check.
 //!
 //! See perf_event_open(2) and include/uapi/linux/perf_event.h.
 #![allow(unsafe_code)]
 
+pub mod aio;
 pub mod condition_ring;
 pub mod cpus;
 pub mod event;

@@ -24,8 +24,8 @@
 //! piece is written its write-back is started (`posix_fadvise(DONTNEED)`,
 //! on which Linux starts it), so the disk works while the next CPU's
 //! records are encoded and the final fsync finds most of the file
-//! written; with direct I/O each piece is on the disk when its write
-//! returns.
+//! written; with direct I/O each piece is handed to the kernel and the
+//! next one encoded while the device writes it ([`FileOutput`]).
 //!
 //! Writing is meant to run on its own thread after the capture returned:
 //! the capture never waits on the disk.
@@ -46,6 +46,7 @@ use super::perfdata::{
 };
 use super::recompress::{ReadError, recompress_file};
 use crate::host::{HostInfo, HostInfoError};
+use crate::perf::aio::{DirectWrites, Done};
 use crate::recorder::{Capture, EventDescriptor};
 use crate::tracking::modules::LoadedModule;
 
@@ -452,28 +453,52 @@ fn commit(
 /// holds: pieces under [`WRITE_BYTES`] are gathered first.
 ///
 /// Where the filesystem allows it, the file is written with direct I/O
-/// (`O_DIRECT`), from one page-aligned buffer of [`WRITE_BYTES`] the
+/// (`O_DIRECT`), from page-aligned buffers of [`WRITE_BYTES`] the
 /// records are copied into: a buffered write copies every byte into pages
 /// of the page cache allocated for it, which cost the dump thread 56-70%
 /// of its CPU time at 32 MiB per CPU (BENCHMARKS.md section 26), where a
-/// copy into the one reused buffer is a few milliseconds, and the sync
-/// before the rename finds the data on the disk. The last partial block
-/// and the header (patched last) are written through the page cache.
+/// copy into a reused buffer is a few milliseconds, and the sync before
+/// the rename finds the data on the disk. A full buffer is handed to the
+/// kernel ([`DirectWrites`], up to [`WRITES_IN_FLIGHT`] at once) and the
+/// next one filled while the device writes it: written one after the
+/// other, a 9 MB file spent half its time in writes with the encoding
+/// between them (section 50). For the kernel to write them
+/// asynchronously they must not extend the file, so its blocks are
+/// reserved ahead ([`RESERVE_AHEAD`], `fallocate`) and the file cut to
+/// its length at the end. The last partial block and the header (patched
+/// last) are written through the page cache, after every write in flight
+/// has finished.
 /// Where direct I/O is refused (a filesystem without it, `EINVAL`), the
 /// file is written through the page cache, and its write-back is started
 /// as it grows (but for the first page, where the header goes last), so
-/// the final sync has little left to do.
+/// the final sync has little left to do. Where AIO or the reservation is
+/// refused, the direct writes are made one at a time.
 pub struct FileOutput<'f> {
     file: &'f File,
     /// Bytes gathered, not written yet: they go at `written`.
     pending: Staging,
-    /// Bytes written to the file.
+    /// Bytes written to the file, or handed to the kernel to write.
     written: u64,
     /// Where the write-back started so far ends (page cache only).
     written_back: u64,
     /// Written with `O_DIRECT`, a whole buffer at a time.
     direct: bool,
+    /// Direct writes in flight; `None`: each write waits.
+    in_flight: Option<DirectWrites<'f>>,
+    /// Buffers back from the kernel, to fill again.
+    spare: Vec<Vec<u8>>,
+    /// The file's size as reserved ahead of the writes; cut back to
+    /// `written` at the end.
+    reserved: u64,
 }
+
+/// Direct writes the kernel holds at once while the dump thread fills
+/// the next buffer. Two in flight wrote a 9 MB file no sooner than one
+/// under load, and each more buffer is 256 more page faults a dump.
+pub const WRITES_IN_FLIGHT: usize = 1;
+/// How far past the end of a write the file's blocks are reserved: a
+/// `fallocate` per 8 MiB written.
+pub const RESERVE_AHEAD: u64 = 8 << 20;
 
 /// A page-aligned buffer of [`WRITE_BYTES`], as direct I/O needs.
 #[derive(Default)]
@@ -487,8 +512,12 @@ struct Staging {
 impl Staging {
     fn new() -> Self {
         let page = crate::perf::page_size();
-        let buf = vec![0u8; WRITE_BYTES + page];
-        let start = buf.as_ptr().align_offset(page);
+        Self::reuse(vec![0u8; WRITE_BYTES + page])
+    }
+
+    /// `buf` (made by [`Staging::new`]) empty again.
+    fn reuse(buf: Vec<u8>) -> Self {
+        let start = buf.as_ptr().align_offset(crate::perf::page_size());
         Self { buf, start, len: 0 }
     }
 
@@ -517,12 +546,20 @@ impl Staging {
 impl<'f> FileOutput<'f> {
     fn new(file: &'f File) -> Self {
         let direct = set_direct(file, true).is_ok();
+        let in_flight = if direct {
+            DirectWrites::new(file, WRITES_IN_FLIGHT).ok()
+        } else {
+            None
+        };
         Self {
             file,
             pending: Staging::new(),
             written: 0,
             written_back: crate::perf::page_size() as u64,
             direct,
+            in_flight,
+            spare: Vec::new(),
+            reserved: 0,
         }
     }
 
@@ -551,11 +588,128 @@ impl<'f> FileOutput<'f> {
         if self.pending.len == 0 {
             return Ok(());
         }
+        let whole_pages = self.pending.len.is_multiple_of(crate::perf::page_size());
+        if self.direct && self.in_flight.is_some() && whole_pages {
+            return self.submit_pending();
+        }
         let pending = std::mem::take(&mut self.pending);
         let put = self.put(pending.bytes());
         self.pending = pending;
         self.pending.len = 0;
         put
+    }
+
+    /// Hands what is gathered to the kernel to write, and gathers on in
+    /// a free buffer. Where the blocks cannot be reserved or the kernel
+    /// refuses the submission, the writes go on one at a time.
+    fn submit_pending(&mut self) -> io::Result<()> {
+        let end = self.written + self.pending.len as u64;
+        if !self.reserve(end)? {
+            self.stop_in_flight()?;
+            return self.write_pending();
+        }
+        let next = self.free_buffer()?;
+        let full = std::mem::replace(&mut self.pending, next);
+        let range = full.start..full.start + full.len;
+        let Some(in_flight) = self.in_flight.as_mut() else {
+            unreachable!("submit_pending is called with writes in flight on");
+        };
+        match in_flight.submit(full.buf, range, self.written) {
+            Ok(()) => {
+                self.written = end;
+                Ok(())
+            }
+            Err((buf, e)) => {
+                tracing::debug!("AIO write refused ({e}); writing one buffer at a time");
+                let next = std::mem::replace(&mut self.pending, Staging::reuse(buf));
+                self.pending.len = full.len;
+                self.spare.push(next.buf);
+                self.stop_in_flight()?;
+                self.write_pending()
+            }
+        }
+    }
+
+    /// An empty buffer: a spare, a new one while fewer than
+    /// [`WRITES_IN_FLIGHT`] are in flight, or the first to come back.
+    fn free_buffer(&mut self) -> io::Result<Staging> {
+        if let Some(buf) = self.spare.pop() {
+            return Ok(Staging::reuse(buf));
+        }
+        let done = match self.in_flight.as_mut() {
+            Some(in_flight) if !in_flight.has_room() => in_flight.wait_one(),
+            _ => None,
+        };
+        match done {
+            Some(done) => Ok(Staging::reuse(self.landed(done)?)),
+            None => Ok(Staging::new()),
+        }
+    }
+
+    /// A finished write's buffer, once what it did not write (refused by
+    /// direct I/O, or cut short) is written through the page cache.
+    fn landed(&mut self, done: Done) -> io::Result<Vec<u8>> {
+        let wrote = match done.result {
+            Ok(n) if n >= done.range.len() => return Ok(done.buf),
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => 0,
+            Err(e) => return Err(e),
+        };
+        use std::os::unix::fs::FileExt;
+        if self.direct {
+            set_direct(self.file, false)?;
+            self.direct = false;
+            self.written_back = self.written_back.max(self.written);
+        }
+        let rest = &done.buf[done.range.start + wrote..done.range.end];
+        self.file.write_all_at(rest, done.offset + wrote as u64)?;
+        Ok(done.buf)
+    }
+
+    /// Waits for every write in flight; from here on each write waits.
+    /// The first error is returned once all have finished.
+    fn stop_in_flight(&mut self) -> io::Result<()> {
+        let mut first_error = None;
+        while let Some(done) = self.in_flight.as_mut().and_then(DirectWrites::wait_one) {
+            if let Err(e) = self.landed(done) {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.in_flight = None;
+        self.spare.clear();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Reserves the file's blocks up to `end` (and [`RESERVE_AHEAD`]
+    /// beyond, where there is room), so that writes below it do not
+    /// extend the file. `false`: the filesystem has no reservation.
+    fn reserve(&mut self, end: u64) -> io::Result<bool> {
+        use nix::fcntl::{FallocateFlags, fallocate};
+        if end <= self.reserved {
+            return Ok(true);
+        }
+        let to_off = |v: u64| {
+            libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
+        };
+        let from = to_off(self.reserved)?;
+        for want in [end + RESERVE_AHEAD, end] {
+            match fallocate(
+                self.file,
+                FallocateFlags::empty(),
+                from,
+                to_off(want)? - from,
+            ) {
+                Ok(()) => {
+                    self.reserved = want;
+                    return Ok(true);
+                }
+                // Without the margin there may be room.
+                Err(e) if is_disk_full_io(&e.into()) && want > end => continue,
+                Err(e) if is_disk_full_io(&e.into()) => return Err(e.into()),
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(false)
     }
 
     /// Writes `buf` at the end of the file. With direct I/O a refusal
@@ -599,8 +753,10 @@ impl<'f> FileOutput<'f> {
     }
 
     /// From here on through the page cache (where the write-back of what
-    /// direct I/O wrote needs no start).
+    /// direct I/O wrote needs no start), once the writes in flight have
+    /// finished.
     fn leave_direct(&mut self) -> io::Result<()> {
+        self.stop_in_flight()?;
         if self.direct {
             set_direct(self.file, false)?;
             self.direct = false;
@@ -609,9 +765,14 @@ impl<'f> FileOutput<'f> {
         Ok(())
     }
 
-    /// Writes what is gathered; returns the file's length.
+    /// Writes what is gathered, waits for the writes in flight and cuts
+    /// the reservation back; returns the file's length.
     fn finish(mut self) -> io::Result<u64> {
         self.write_pending()?;
+        self.stop_in_flight()?;
+        if self.reserved > self.written {
+            self.file.set_len(self.written)?;
+        }
         Ok(self.written)
     }
 }
@@ -717,8 +878,20 @@ mod tests {
                 out.append(piece).unwrap();
                 want.extend_from_slice(piece);
             }
-            // Whole buffers went to the file as they filled.
+            // Whole buffers went to the file as they filled, with direct
+            // I/O in flight ahead of the file's reserved end.
             assert_eq!(out.direct, direct);
+            if direct {
+                assert!(
+                    out.in_flight.is_some(),
+                    "direct writes were made one at a time"
+                );
+                assert!(
+                    out.reserved > out.written && out.reserved >= RESERVE_AHEAD,
+                    "{}",
+                    out.reserved
+                );
+            }
             assert!(out.written >= (WRITE_BYTES * 6) as u64, "{}", out.written);
             // A header over what is in the file, and a patch across the
             // end of the file into what is still gathered.
