@@ -101,9 +101,10 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: the context is this value's own; it is only dropped
-        // with nothing in flight ([`DirectWrites`] waits before lending it
-        // back).
+        // SAFETY: the context is this value's own. io_destroy waits for
+        // the writes still in flight before it returns (fs/aio.c), so the
+        // buffers a queue frees after it ([`DirectWrites::abandon`]) are
+        // no longer read; a queue lent back has none in flight.
         unsafe {
             libc::syscall(libc::SYS_io_destroy, self.id);
         }

@@ -656,11 +656,7 @@ impl<'f> FileOutput<'f> {
             Err(e) => return Err(e),
         };
         use std::os::unix::fs::FileExt;
-        if self.direct {
-            set_direct(self.file, false)?;
-            self.direct = false;
-            self.written_back = self.written_back.max(self.written);
-        }
+        self.direct_off()?;
         let rest = &done.buf[done.range.start + wrote..done.range.end];
         self.file.write_all_at(rest, done.offset + wrote as u64)?;
         Ok(done.buf)
@@ -688,9 +684,6 @@ impl<'f> FileOutput<'f> {
         if end <= self.reserved {
             return Ok(true);
         }
-        let to_off = |v: u64| {
-            libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
-        };
         let from = to_off(self.reserved)?;
         for want in [end + RESERVE_AHEAD, end] {
             match fallocate(
@@ -737,9 +730,6 @@ impl<'f> FileOutput<'f> {
         let page = crate::perf::page_size() as u64;
         let end = self.written / page * page;
         if end >= self.written_back + WRITE_BYTES as u64 {
-            let to_off = |v: u64| {
-                libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
-            };
             // An advice: declined, the final sync writes it all.
             let _ = nix::fcntl::posix_fadvise(
                 self.file,
@@ -757,6 +747,11 @@ impl<'f> FileOutput<'f> {
     /// finished.
     fn leave_direct(&mut self) -> io::Result<()> {
         self.stop_in_flight()?;
+        self.direct_off()
+    }
+
+    /// Turns `O_DIRECT` off for the writes made from here on.
+    fn direct_off(&mut self) -> io::Result<()> {
         if self.direct {
             set_direct(self.file, false)?;
             self.direct = false;
@@ -775,6 +770,11 @@ impl<'f> FileOutput<'f> {
         }
         Ok(self.written)
     }
+}
+
+/// A file offset as the kernel's calls take it.
+fn to_off(v: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
 }
 
 /// Turns `O_DIRECT` on or off for `file`'s open file description.
